@@ -1,0 +1,72 @@
+"""queue_pg: a message queue inside PostgreSQL with Amazon SQS / Azure Queue style leases.
+
+The SQL functions in schema ``queue_pg`` are the product; :class:`Client` and
+:class:`AsyncClient` are thin typed layers over them.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata as _metadata
+from typing import Any
+
+from queue_pg.aio import AsyncClient
+from queue_pg.client import Client, _safe_dsn
+from queue_pg.errors import (
+    InvalidParameter,
+    InvalidReceipt,
+    LeaseLimitExceeded,
+    MessageNotFound,
+    MessageTooLarge,
+    OverLimit,
+    QueueAlreadyExists,
+    QueueError,
+    QueueInUse,
+    QueueNotFound,
+    StaleReceipt,
+)
+from queue_pg.types import DeleteResult, Message, QueueConfig, QueueSettings, QueueStats, Seconds
+
+try:  # the version lives in pyproject.toml only
+    __version__ = _metadata.version("queue-pg")
+except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DeleteResult",
+    "InvalidParameter",
+    "InvalidReceipt",
+    "LeaseLimitExceeded",
+    "Message",
+    "MessageNotFound",
+    "MessageTooLarge",
+    "OverLimit",
+    "QueueAlreadyExists",
+    "QueueConfig",
+    "QueueError",
+    "QueueInUse",
+    "QueueNotFound",
+    "QueueSettings",
+    "QueueStats",
+    "Seconds",
+    "StaleReceipt",
+    "__version__",
+    "connect",
+]
+
+logger = logging.getLogger("queue_pg")
+
+
+def connect(dsn: str | None = None, **kwargs: Any) -> Client:
+    """A Client for ``dsn``, else ``$QUEUE_PG_DSN``, else the embedded server (started or reused).
+
+    Logs (INFO, logger ``queue_pg``) which database it picked, without the password.
+    ``kwargs`` go to :class:`Client` (min_size, max_size, sweep_interval).
+    """
+    from queue_pg.embedded import resolve_dsn
+
+    resolved, origin = resolve_dsn(dsn)
+    logger.info("queue_pg: using %s (%s)", _safe_dsn(resolved), origin)
+    return Client(resolved, **kwargs)

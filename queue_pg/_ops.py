@@ -1,0 +1,362 @@
+"""The I/O-free half of both clients: SQL text + parameters per operation, and row decoders.
+
+Client and AsyncClient only execute a :class:`Call` and hand the rows to its ``decode``, so the
+SQL each method sends is written once, here. Calls use named arguments with explicit casts, so a
+Python int always resolves the same function overload and an out-of-range number becomes
+PostgreSQL's 22003 (-> InvalidParameter) instead of "function does not exist". There is no
+validation here beyond type conversion: ranges and rules are the SQL functions' job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from psycopg import sql
+from psycopg.abc import QueryNoTemplate
+from psycopg.types.json import Jsonb
+
+from queue_pg.types import (
+    JSON,
+    DeleteResult,
+    Message,
+    QueueConfig,
+    QueueStats,
+    Seconds,
+    seconds,
+    seconds_or_none,
+)
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+Row = Mapping[str, Any]
+Rows = Sequence[Row]
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One statement to run (with a dict_row cursor) and how to turn its rows into the result."""
+
+    query: QueryNoTemplate
+    params: Mapping[str, Any]
+    decode: Callable[[Rows], T]
+
+
+# --- decoders -------------------------------------------------------------------------------
+
+
+def _record(cls: type[D]) -> Callable[[Row], D]:
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+
+    def build(row: Row) -> D:
+        return cls(**{n: row[n] for n in names})
+
+    return build
+
+
+message = _record(Message)
+queue_config = _record(QueueConfig)
+queue_stats = _record(QueueStats)
+delete_result = _record(DeleteResult)
+
+
+def _one(build: Callable[[Row], D]) -> Callable[[Rows], D]:
+    def decode(rows: Rows) -> D:
+        if len(rows) != 1:
+            raise RuntimeError(f"queue_pg: expected one row, got {len(rows)}")
+        return build(rows[0])
+
+    return decode
+
+
+def _many(build: Callable[[Row], D]) -> Callable[[Rows], list[D]]:
+    def decode(rows: Rows) -> list[D]:
+        return [build(r) for r in rows]
+
+    return decode
+
+
+def _scalar(rows: Rows) -> Any:
+    # Every scalar call below names its column "result".
+    return rows[0]["result"]
+
+
+def _int(rows: Rows) -> int:
+    return int(_scalar(rows))
+
+
+def _bool(rows: Rows) -> bool:
+    return bool(_scalar(rows))
+
+
+def _str(rows: Rows) -> str:
+    return str(_scalar(rows))
+
+
+def _datetime(rows: Rows) -> datetime:
+    value = _scalar(rows)
+    assert isinstance(value, datetime)
+    return value
+
+
+def _ids(rows: Rows) -> list[int]:
+    return [int(r["id"]) for r in rows]
+
+
+def _nothing(rows: Rows) -> None:
+    return None
+
+
+# --- queue settings -------------------------------------------------------------------------
+
+# SQL type of each setting: the cast makes the call resolve exactly one signature.
+_SETTING_TYPES: dict[str, str] = {
+    "visibility_timeout": "float8",
+    "message_ttl": "float8",
+    "delay": "float8",
+    "max_message_size": "int",
+    "receive_wait": "float8",
+    "max_lease": "float8",
+    "dead_letter_queue": "text",
+    "max_receive_count": "int",
+    "in_flight_limit": "int",
+    "history": "bool",
+    "history_retention": "float8",
+}
+SETTINGS: frozenset[str] = frozenset(_SETTING_TYPES)
+_DURATIONS = frozenset(k for k, t in _SETTING_TYPES.items() if t == "float8")
+
+
+def _settings_sql(settings: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Named-argument list for the given settings; unknown names are a TypeError (a signature
+    error, like any Python call with a wrong keyword, and they never reach the SQL text)."""
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        raise TypeError(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for key in sorted(settings):
+        value = settings[key]
+        if key in _DURATIONS:
+            value = seconds_or_none(value)
+        parts.append(f", {key} => %({key})s::{_SETTING_TYPES[key]}")
+        params[key] = value
+    return "".join(parts), params
+
+
+def create_queue(name: str, settings: Mapping[str, Any]) -> Call[QueueConfig]:
+    args, params = _settings_sql(settings)
+    return Call(
+        f"select * from queue_pg.create_queue(%(name)s{args})",
+        {"name": name, **params},
+        _one(queue_config),
+    )
+
+
+def alter_queue(
+    name: str, settings: Mapping[str, Any], clear: Iterable[str] | None = None
+) -> Call[QueueConfig]:
+    args, params = _settings_sql(settings)
+    if clear is not None:
+        args += ", clear => %(clear)s::text[]"
+        params["clear"] = list(clear)
+    return Call(
+        f"select * from queue_pg.alter_queue(%(name)s{args})",
+        {"name": name, **params},
+        _one(queue_config),
+    )
+
+
+def drop_queue(name: str, if_exists: bool = False) -> Call[bool]:
+    return Call(
+        "select queue_pg.drop_queue(%(name)s, if_exists => %(if_exists)s::bool) as result",
+        {"name": name, "if_exists": if_exists},
+        _bool,
+    )
+
+
+def list_queues() -> Call[list[QueueConfig]]:
+    return Call("select * from queue_pg.list_queues()", {}, _many(queue_config))
+
+
+def get_queue(name: str) -> Call[QueueConfig]:
+    return Call("select * from queue_pg.get_queue(%(name)s)", {"name": name}, _one(queue_config))
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def _jsonb(value: JSON | None) -> Jsonb | None:
+    """SQL NULL for None (attributes "not given"), jsonb otherwise."""
+    return None if value is None else Jsonb(value)
+
+
+def send(
+    queue: str,
+    body: JSON,
+    delay: Seconds | None = None,
+    ttl: Seconds | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Call[int]:
+    return Call(
+        "select queue_pg.send(%(queue)s, %(body)s::jsonb, delay => %(delay)s::float8,"
+        " ttl => %(ttl)s::float8, attributes => %(attributes)s::jsonb) as result",
+        {
+            "queue": queue,
+            "body": Jsonb(body),
+            "delay": seconds_or_none(delay),
+            "ttl": seconds_or_none(ttl),
+            "attributes": _jsonb(attributes),
+        },
+        _int,
+    )
+
+
+def send_batch(
+    queue: str,
+    bodies: Iterable[JSON],
+    delay: Seconds | None = None,
+    ttl: Seconds | None = None,
+    attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+) -> Call[list[int]]:
+    """``attributes`` is one mapping for every message, or a list parallel to ``bodies`` (SQL
+    checks the lengths match)."""
+    body_list = [Jsonb(b) for b in bodies]
+    attrs: list[Jsonb | None] | None
+    if attributes is None:
+        attrs = None
+    elif isinstance(attributes, Mapping):
+        one = Jsonb(attributes)
+        attrs = [one] * len(body_list)
+    else:
+        attrs = [_jsonb(a) for a in attributes]
+    return Call(
+        "select s.id from queue_pg.send_batch(%(queue)s, %(bodies)s::jsonb[],"
+        " delay => %(delay)s::float8, ttl => %(ttl)s::float8,"
+        " attributes => %(attributes)s::jsonb[]) with ordinality as s(id, n) order by s.n",
+        {
+            "queue": queue,
+            "bodies": body_list,
+            "delay": seconds_or_none(delay),
+            "ttl": seconds_or_none(ttl),
+            "attributes": attrs,
+        },
+        _ids,
+    )
+
+
+def receive(
+    queue: str,
+    max_messages: int = 1,
+    visibility_timeout: Seconds | None = None,
+    wait: Seconds | None = None,
+) -> Call[list[Message]]:
+    """One receive attempt that never sleeps in the server (``poll => false``): the clients
+    wait on LISTEN between attempts. SQL still checks ``wait`` and, when it is > 0, answers a
+    reached in_flight_limit with nothing instead of OverLimit."""
+    return Call(
+        "select * from queue_pg._receive(%(queue)s, %(max_messages)s::int,"
+        " %(visibility_timeout)s::float8, %(wait)s::float8, false)",
+        {
+            "queue": queue,
+            "max_messages": max_messages,
+            "visibility_timeout": seconds_or_none(visibility_timeout),
+            "wait": seconds_or_none(wait),
+        },
+        _many(message),
+    )
+
+
+def delete(queue: str, receipt: str) -> Call[bool]:
+    return Call(
+        "select queue_pg.delete_message(%(queue)s, %(receipt)s::text) as result",
+        {"queue": queue, "receipt": receipt},
+        _bool,
+    )
+
+
+def delete_batch(queue: str, receipts: Iterable[str]) -> Call[list[DeleteResult]]:
+    return Call(
+        "select * from queue_pg.delete_batch(%(queue)s, %(receipts)s::text[])",
+        {"queue": queue, "receipts": list(receipts)},
+        _many(delete_result),
+    )
+
+
+def change_visibility(queue: str, receipt: str, timeout: Seconds) -> Call[datetime]:
+    return Call(
+        "select queue_pg.change_visibility(%(queue)s, %(receipt)s::text,"
+        " %(timeout)s::float8) as result",
+        {"queue": queue, "receipt": receipt, "timeout": seconds(timeout)},
+        _datetime,
+    )
+
+
+def update(
+    queue: str, receipt: str, body: JSON | None = None, visibility_timeout: Seconds = 0
+) -> Call[Message]:
+    """``body=None`` keeps the body (SQL NULL = unchanged)."""
+    return Call(
+        "select * from queue_pg.update_message(%(queue)s, %(receipt)s::text,"
+        " body => %(body)s::jsonb, visibility_timeout => %(visibility_timeout)s::float8)",
+        {
+            "queue": queue,
+            "receipt": receipt,
+            "body": _jsonb(body),
+            "visibility_timeout": seconds(visibility_timeout),
+        },
+        _one(message),
+    )
+
+
+def peek(queue: str, n: int = 1) -> Call[list[Message]]:
+    return Call(
+        "select * from queue_pg.peek(%(queue)s, %(n)s::int)",
+        {"queue": queue, "n": n},
+        _many(message),
+    )
+
+
+def purge(queue: str) -> Call[int]:
+    return Call("select queue_pg.purge(%(queue)s) as result", {"queue": queue}, _int)
+
+
+def sweep() -> Call[int]:
+    return Call("select queue_pg.sweep() as result", {}, _int)
+
+
+def stats(queue: str) -> Call[QueueStats]:
+    return Call("select * from queue_pg.stats(%(queue)s)", {"queue": queue}, _one(queue_stats))
+
+
+def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[int]:
+    return Call(
+        'select queue_pg.redrive(%(dlq)s, "to" => %(to)s::text,'
+        ' "limit" => %(limit)s::int) as result',
+        {"dlq": dlq, "to": to, "limit": limit},
+        _int,
+    )
+
+
+def channel(queue: str) -> Call[str]:
+    return Call("select queue_pg.channel(%(queue)s) as result", {"queue": queue}, _str)
+
+
+# --- LISTEN ---------------------------------------------------------------------------------
+
+
+def listen(channel: str) -> Call[None]:
+    """LISTEN takes no bind parameters: the channel is quoted as an identifier."""
+    return Call(sql.SQL("LISTEN {}").format(sql.Identifier(channel)), {}, _nothing)
+
+
+def unlisten(channel: str) -> Call[None]:
+    return Call(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)), {}, _nothing)
+
+
+#: How often a long poll re-checks without a NOTIFY: a delayed message coming due or a lapsed
+#: lease sends none, so without this a waiter would miss them until its deadline.
+RECHECK_INTERVAL = 1.0

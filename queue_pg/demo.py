@@ -1,0 +1,319 @@
+"""``queue-pg demo``: two producers and three workers, each its own process, on one queue.
+
+Besides ordinary jobs, four special ones show what leases are for:
+
+- **slow**: takes longer than its lease, so its worker heartbeats with ``change_visibility``;
+- **crash**: its worker process dies holding it; the lease lapses and another worker gets it
+  again (``receive_count=2``); a new worker process replaces the dead one;
+- **stall**: its worker hangs past the lease without heartbeating; the job is redelivered, and
+  when the first worker finally deletes, its receipt is refused as stale (fencing);
+- **poison**: fails every time (released at once with ``change_visibility(receipt, 0)``) until
+  the engine moves it to the dead-letter queue after ``max_receive_count`` receives.
+
+The processes report to the parent through a multiprocessing queue; only the parent prints.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from multiprocessing.context import SpawnProcess
+from queue import Empty
+from typing import Any
+
+from queue_pg.client import Client
+from queue_pg.errors import StaleReceipt
+from queue_pg.types import Message, QueueStats
+
+JOBS, DLQ = "demo-jobs", "demo-dlq"
+MAX_RECEIVES = 3
+PRODUCERS, WORKERS = 2, 3
+SPECIALS = ("slow", "crash", "poison", "stall")
+
+Events = Any  # a multiprocessing Queue of (who, kind, payload)
+Stop = Any  # a multiprocessing Event
+
+
+@dataclass(frozen=True)
+class Plan:
+    lease: float  #: visibility_timeout of demo-jobs
+    jobs: int  #: ordinary jobs
+    work: tuple[float, float]  #: an ordinary job takes between these many seconds
+    slow: float  #: the slow job's work (longer than the lease: needs heartbeats)
+    stall: float  #: how long the stalled worker hangs (longer than the lease)
+    pause: float  #: between two sends of a producer
+    deadline: float  #: give up after this many seconds
+
+
+FULL = Plan(lease=2, jobs=30, work=(0.2, 0.9), slow=6, stall=4.5, pause=0.35, deadline=90)
+QUICK = Plan(lease=1, jobs=4, work=(0.05, 0.2), slow=2.5, stall=2.5, pause=0.1, deadline=60)
+
+
+# --- child processes ------------------------------------------------------------------------------
+
+
+def _producer(dsn: str, who: str, bodies: list[dict[str, Any]], batch: int, plan: Plan,
+              events: Events, stop: Stop) -> None:
+    """Send ``bodies`` in batches of ``batch``, with the job's kind as attribute ``type``."""
+    try:
+        with Client(dsn, min_size=1, max_size=1, sweep_interval=None) as client:
+            for i in range(0, len(bodies), batch):
+                if stop.is_set():
+                    return
+                chunk = bodies[i:i + batch]
+                types = [{"type": b["kind"]} for b in chunk]
+                ids = client.send_batch(JOBS, chunk, attributes=types)
+                events.put((who, "sent", len(ids)))
+                kinds = {b["kind"] for b in chunk} - {"ordinary"}
+                label = f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}-{ids[-1]}"
+                if kinds:
+                    events.put((who, "log", (f"sent {label} ({', '.join(kinds)})", "bold")))
+                else:
+                    events.put((who, "log", (f"sent {label}", "dim")))
+                time.sleep(plan.pause)
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:
+        events.put((who, "log", (f"failed: {exc!r}", "red")))
+        raise SystemExit(1) from None
+
+
+def _worker(dsn: str, who: str, plan: Plan, events: Events, stop: Stop) -> None:
+    """Receive, work, delete, until ``stop``; the special jobs behave as the module says."""
+    try:
+        with Client(dsn, min_size=1, max_size=2, sweep_interval=None) as client:
+            while not stop.is_set():
+                for message in client.receive(JOBS, wait=1):
+                    _handle(client, message, who, plan, events)
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:
+        events.put((who, "log", (f"failed: {exc!r}", "red")))
+        raise SystemExit(1) from None
+
+
+def _handle(client: Client, m: Message, who: str, plan: Plan, events: Events) -> None:
+    def log(text: str, style: str = "") -> None:
+        events.put((who, "log", (text, style)))
+
+    assert m.receipt is not None
+    kind, job, count = m.body["kind"], m.id, m.receive_count
+    tag = f"job {job}" if kind == "ordinary" else f"job {job} ({kind})"
+    events.put((who, "received", count))
+    if count > 1 and kind != "poison":
+        log(f"{tag} redelivered, receive_count={count}", "yellow bold")
+
+    if kind == "crash" and count == 1:
+        log(f"{tag}: worker crashes holding it (no delete, no more heartbeats)", "red bold")
+        events.close()
+        events.join_thread()  # flush the log line before dying
+        os._exit(3)
+
+    if kind == "poison":
+        time.sleep(plan.work[0])
+        client.change_visibility(JOBS, m.receipt, 0)
+        log(f"{tag} failed on receive {count}/{MAX_RECEIVES}: released with"
+            " change_visibility(receipt, 0)", "magenta")
+        return
+
+    if kind == "slow":
+        log(f"{tag}: needs {plan.slow:g}s, lease is {plan.lease:g}s: heartbeating", "cyan")
+        done_at = time.monotonic() + plan.slow
+        while (left := done_at - time.monotonic()) > plan.lease / 2:
+            time.sleep(plan.lease / 2)
+            until = client.change_visibility(JOBS, m.receipt, plan.lease)
+            log(f"{tag} heartbeat: lease extended to {until.astimezone():%H:%M:%S.%f}"[:-3]
+                + f" (+{plan.lease:g}s)", "cyan")
+        time.sleep(max(left, 0))
+    elif kind == "stall" and count == 1:
+        log(f"{tag}: hangs {plan.stall:g}s without heartbeating (lease {plan.lease:g}s)", "red")
+        time.sleep(plan.stall)
+    else:
+        time.sleep(random.uniform(*plan.work))
+
+    try:
+        deleted = client.delete(JOBS, m.receipt)
+    except StaleReceipt:
+        events.put((who, "stale", job))
+        log(f"{tag}: delete refused (StaleReceipt): it was redelivered, its new holder owns it",
+            "red bold")
+        return
+    if deleted:
+        events.put((who, "deleted", job))
+        late = " (lease had lapsed, nobody took it: delete accepted)" * (kind == "stall")
+        log(f"{tag} done{late if count == 1 else ''}",
+            "dim" if kind == "ordinary" and count == 1 else "green")
+
+
+# --- the parent -----------------------------------------------------------------------------------
+
+
+def _bodies(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Producer 1 sends ordinary jobs; producer 2 the rest, the specials among them."""
+    ordinary = [{"kind": "ordinary", "n": i} for i in range(plan.jobs)]
+    first, second = ordinary[: plan.jobs // 2], ordinary[plan.jobs // 2:]
+    for k, kind in enumerate(SPECIALS):
+        second.insert(min(2 * k + 1, len(second)), {"kind": kind})
+    return first, second
+
+
+def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counter[str]:
+    """Run the demo on ``dsn``; returns the summary counts (``lost`` and ``timed out`` are
+    0 when all went well)."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from queue_pg.cli import message_table, safe_dsn, stats_table
+    from queue_pg.migrate import migrate
+
+    plan = QUICK if quick else FULL
+    if messages is not None:
+        plan = replace(plan, jobs=messages)
+    console = Console(highlight=False)
+    result = migrate(dsn)
+    console.print(f"[dim]schema queue_pg at revision {result.after}[/dim]")
+
+    client = Client(dsn, min_size=1, max_size=2, sweep_interval=None)
+    # Drop and re-create rather than purge, so a re-run starts with its counters at zero too.
+    client.drop_queue(JOBS, if_exists=True)  # first: it names demo-dlq as its dead-letter queue
+    client.drop_queue(DLQ, if_exists=True)
+    client.create_queue(DLQ)
+    client.create_queue(JOBS, visibility_timeout=plan.lease, dead_letter_queue=DLQ,
+                        max_receive_count=MAX_RECEIVES)
+    console.print(
+        f"queues [bold]{JOBS}[/bold] (visibility_timeout {plan.lease:g}s, max_receive_count"
+        f" {MAX_RECEIVES}, dead_letter_queue {DLQ}) and [bold]{DLQ}[/bold]; starting"
+        f" {PRODUCERS} producers and {WORKERS} workers"
+    )
+
+    ctx = mp.get_context("spawn")
+    events: Events = ctx.Queue()
+    stop: Stop = ctx.Event()
+    procs: dict[str, SpawnProcess] = {}
+    tally: Counter[str] = Counter()
+    started = time.monotonic()
+
+    def start(who: str, target: Callable[..., None], *args: Any) -> None:
+        p = ctx.Process(target=target, name=who, args=(dsn, who, *args, events, stop), daemon=True)
+        p.start()
+        procs[who] = p
+
+    def drain(timeout: float) -> None:
+        """Print and count what the processes reported."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                who, kind, payload = events.get(timeout=left)
+            except Empty:
+                return
+            if kind == "log":
+                text, style = payload
+                line = Text(f"{time.monotonic() - started:5.1f}s {who:<11}", style="dim")
+                line.append(text, style=style)
+                console.print(line)
+            else:
+                tally[kind] += 1
+
+    def view(rows: list[QueueStats]) -> Group:
+        counts = ", ".join(f"{k} {tally[k]}" for k in ("sent", "deleted", "stale"))
+        footer = Text(f"{time.monotonic() - started:5.1f}s  {counts}", style="dim")
+        return Group(stats_table(rows, title="queue_pg.queue_stats"), footer)
+
+    first, second = _bodies(plan)
+    total = len(first) + len(second)
+    try:
+        for i in range(WORKERS):
+            start(f"worker-{i + 1}", _worker, plan)
+        start("producer-1", _producer, first, 3, plan)
+        start("producer-2", _producer, second, 1, plan)
+        producers = [procs["producer-1"], procs["producer-2"]]
+        workers = itertools.count(WORKERS + 1)
+        with Live(view([]), console=console, auto_refresh=False) as live:
+            dead_lettered = 0
+            while time.monotonic() - started < plan.deadline:
+                drain(0.25)
+                for who, p in list(procs.items()):
+                    if who.startswith("worker") and p.exitcode not in (None, 0):
+                        del procs[who]
+                        new = f"worker-{next(workers)}"
+                        console.print(Text(f"{time.monotonic() - started:5.1f}s {who:<11}"
+                                           f"exited ({p.exitcode}); starting {new}", style="red"))
+                        start(new, _worker, plan)
+                jobs, dlq = client.stats(JOBS), client.stats(DLQ)
+                live.update(view([jobs, dlq]), refresh=True)
+                if dlq.visible > dead_lettered:
+                    dead_lettered = dlq.visible
+                    for m in client.peek(DLQ, 10):
+                        console.print(f"[bold magenta]engine moved job {m.id} ({m.body['kind']})"
+                                      f" to {DLQ} after {m.receive_count} receives[/bold magenta]")
+                producers_done = all(p.exitcode is not None for p in producers)
+                if producers_done and tally["sent"] >= total and (
+                        jobs.visible + jobs.in_flight + jobs.delayed == 0):
+                    break
+            else:
+                tally["timed out"] = 1
+                console.print(f"[red]demo did not finish within {plan.deadline:g}s[/red]")
+            stop.set()
+            while any(p.is_alive() for p in procs.values()):
+                drain(0.1)  # a child holding queued events cannot exit until they are read
+            drain(0.1)
+            live.update(view([client.stats(JOBS), client.stats(DLQ)]), refresh=True)
+    finally:
+        stop.set()
+        for p in procs.values():
+            p.join(5)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        events.close()
+        events.join_thread()
+
+    jobs = client.stats(JOBS)
+    dlq_messages = client.peek(DLQ, 10)
+    client.close()
+    summary = Counter({
+        "sent": tally["sent"],
+        "deleted": tally["deleted"],
+        "redelivered": jobs.lease_expiries,
+        "dead-lettered": jobs.dead_lettered,
+        "stale receipts": jobs.stale_receipts,
+        "still queued": jobs.visible + jobs.in_flight + jobs.delayed,
+        "timed out": tally["timed out"],
+    })
+    if dlq_messages:
+        console.print(f"\n[bold]{DLQ}[/bold] (queue-pg peek {DLQ}):")
+        console.print(message_table(dlq_messages, receipts=False))
+    console.print(f"\n[bold]summary[/bold] after {time.monotonic() - started:.1f}s")
+    notes = {
+        "sent": f"by {PRODUCERS} producers",
+        "deleted": "worked and deleted",
+        "redelivered": "leases that lapsed (crash, stall) and were received again",
+        "dead-lettered": f"moved to {DLQ} after {MAX_RECEIVES} receives",
+        "stale receipts": "deletes refused: the message had been redelivered",
+        "still queued": "",
+    }
+    for key, note in notes.items():
+        console.print(f"  {key:<15}{summary[key]:>4}   [dim]{note}[/dim]")
+    lost = summary["sent"] - summary["deleted"] - summary["dead-lettered"] - summary["still queued"]
+    summary["lost"] = lost
+    if lost == 0:
+        console.print("  [green]every message accounted for: deleted, or dead-lettered[/green]")
+    else:
+        console.print(f"  [red]{lost} messages unaccounted for[/red]")
+    console.print(
+        "\nlook further:\n"
+        f"  psql '{safe_dsn(dsn)}' -c 'select * from queue_pg.queue_stats;'\n"
+        f"  select * from queue_pg.peek('{DLQ}', 10);\n"
+        "  select outcome, count(*) from queue_pg.message_history"
+        f" where queue = '{JOBS}' group by 1;\n"
+        f"  queue-pg stats --watch     queue-pg peek {DLQ}     queue-pg redrive {DLQ}",
+        soft_wrap=True,
+    )
+    return summary

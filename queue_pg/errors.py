@@ -1,0 +1,155 @@
+"""One exception hierarchy for every queue_pg failure.
+
+The SQL functions raise their own SQLSTATE codes (class ``QP``, see docs/design.md); the clients
+map them here so callers catch ``queue_pg.StaleReceipt`` instead of parsing messages. Only those
+codes and a few of PostgreSQL's bad-input codes are mapped: every other database error (lost
+connection, deadlock, ...) is not a queue error and propagates as psycopg raised it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import NoReturn, overload
+
+import psycopg
+from psycopg.errors import Diagnostic
+
+__all__ = [
+    "SQLSTATE_ERRORS",
+    "InvalidParameter",
+    "InvalidReceipt",
+    "LeaseLimitExceeded",
+    "MessageNotFound",
+    "MessageTooLarge",
+    "OverLimit",
+    "QueueAlreadyExists",
+    "QueueError",
+    "QueueInUse",
+    "QueueNotFound",
+    "StaleReceipt",
+    "error_class",
+    "translate",
+    "translating",
+]
+
+
+class QueueError(Exception):
+    """Base of every error the queue raises on purpose.
+
+    ``sqlstate`` is the server's code (``QP001`` ...) and ``diag`` psycopg's diagnostic of the
+    original error (``diag.message_primary``, ``.message_detail``, ``.message_hint``), or None when
+    the error was raised without a server round-trip. ``str(err)`` is the server's message, which
+    names the parameter, the value and the allowed range.
+    """
+
+    sqlstate: str | None
+    diag: Diagnostic | None
+
+    def __init__(
+        self, message: str = "", *, sqlstate: str | None = None, diag: Diagnostic | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.sqlstate = sqlstate
+        self.diag = diag
+
+
+class QueueNotFound(QueueError):
+    """The named queue does not exist (QP001)."""
+
+
+class QueueAlreadyExists(QueueError):
+    """create_queue of an existing queue with other settings (QP002)."""
+
+
+class InvalidParameter(QueueError, ValueError):
+    """A value out of range or malformed (QP003, and PostgreSQL's own bad-input codes).
+
+    Also a ValueError, so code that validates input generically still catches it.
+    """
+
+
+class MessageTooLarge(InvalidParameter):
+    """Body larger than the queue's max_message_size (QP004)."""
+
+
+class StaleReceipt(QueueError):
+    """Receipt from an earlier receive: someone else may hold the message now (QP005)."""
+
+
+class InvalidReceipt(QueueError):
+    """Malformed, forged, or another queue's receipt (QP006)."""
+
+
+class LeaseLimitExceeded(QueueError):
+    """A visibility change would push the lease past max_lease from its receive (QP007)."""
+
+
+class OverLimit(QueueError):
+    """in_flight_limit reached on a short-poll receive (QP008)."""
+
+
+class MessageNotFound(QueueError):
+    """change_visibility / update on a message that is gone: deleted, expired or moved (QP009)."""
+
+
+class QueueInUse(QueueError):
+    """drop_queue of a queue that is another queue's dead_letter_queue (QP010)."""
+
+
+#: SQLSTATE -> exception class. The QP codes are ours; the others are PostgreSQL's bad-input
+#: errors that fire before our checks do (``\u0000`` in jsonb, an int out of range, ...).
+SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
+    "QP001": QueueNotFound,
+    "QP002": QueueAlreadyExists,
+    "QP003": InvalidParameter,
+    "QP004": MessageTooLarge,
+    "QP005": StaleReceipt,
+    "QP006": InvalidReceipt,
+    "QP007": LeaseLimitExceeded,
+    "QP008": OverLimit,
+    "QP009": MessageNotFound,
+    "QP010": QueueInUse,
+    "22P05": InvalidParameter,  # untranslatable_character
+    "22021": InvalidParameter,  # character_not_in_repertoire
+    "22P02": InvalidParameter,  # invalid_text_representation
+    "22003": InvalidParameter,  # numeric_value_out_of_range
+    "54000": InvalidParameter,  # program_limit_exceeded (e.g. jsonb too big)
+}
+
+
+def error_class(sqlstate: str | None) -> type[QueueError] | None:
+    """The class for a SQLSTATE, or None when it is not one of ours."""
+    return SQLSTATE_ERRORS.get(sqlstate) if sqlstate else None
+
+
+@overload
+def translate() -> AbstractContextManager[None]: ...
+@overload
+def translate(exc: psycopg.Error) -> NoReturn: ...
+
+
+def translate(exc: psycopg.Error | None = None) -> AbstractContextManager[None]:
+    """Map a psycopg error to its queue_pg class; two forms.
+
+    ``translate(exc)`` raises ``exc`` as its queue_pg class (``__cause__`` = exc), or re-raises
+    it unchanged when its SQLSTATE is not mapped. ``with translate(): ...`` does that for any
+    psycopg error raised in the block (for SQL run by hand, e.g. in tests).
+    """
+    if exc is None:
+        return translating()
+    cls = error_class(exc.sqlstate)
+    if cls is None:
+        raise exc
+    message = exc.diag.message_primary or str(exc)
+    raise cls(message, sqlstate=exc.sqlstate, diag=exc.diag) from exc
+
+
+@contextmanager
+def translating() -> Iterator[None]:
+    """``with translating(): ...`` runs the block with psycopg errors passed through translate."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        translate(exc)

@@ -1,0 +1,141 @@
+-- Helpers shared by every function: the clock, errors, validation, receipts.
+
+-- The server's clock, moved by the session setting queue_pg.time_offset (an interval) so tests and
+-- the model checker can make time pass; a session setting moves only that session's clock.
+-- clock_timestamp, not now(): a long poll and a long transaction must see time go on.
+CREATE OR REPLACE FUNCTION queue_pg.now() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+    SELECT clock_timestamp()
+         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0')
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._raise(code text, msg text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
+END $$;
+
+-- Seconds as text without float noise: 30 -> '30', 0.5 -> '0.5'.
+CREATE OR REPLACE FUNCTION queue_pg._fmt(v double precision) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN v IS NULL THEN 'NULL' ELSE v::numeric::text END $$;
+
+-- Refuses NaN, infinities and values outside [lo, hi]; the message names parameter, value, range.
+CREATE OR REPLACE FUNCTION queue_pg._check(param text, v double precision, lo double precision,
+                                           hi double precision, unit text DEFAULT 'seconds')
+RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF v IS NULL OR v = 'NaN'::float8 OR v < lo OR v > hi THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('%s = %s is out of range: allowed %s to %s %s', param,
+                             coalesce(v::text, 'NULL'), queue_pg._fmt(lo), queue_pg._fmt(hi), unit);
+    END IF;
+    RETURN v;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;
+
+-- The queue row by name, or QueueNotFound.
+CREATE OR REPLACE FUNCTION queue_pg._queue(name text) RETURNS queue_pg.queues
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues;
+BEGIN
+    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = _queue.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP001',
+            MESSAGE = format('queue %s does not exist', coalesce(quote_literal(name), 'NULL'));
+    END IF;
+    RETURN q;
+END $$;
+
+-- LISTEN channel of a queue; send notifies it when a message is visible at once.
+CREATE OR REPLACE FUNCTION queue_pg._channel(queue_id integer) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT 'queue_pg_' || queue_id $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.channel(queue text) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT queue_pg._channel((queue_pg._queue(queue)).id) $$;
+
+-- Counters that must survive the rollback of the statement that counts them (a refused receipt
+-- raises, and the refusal must still be counted): sequences are not transactional.
+CREATE OR REPLACE FUNCTION queue_pg._counter(kind text, queue_id integer) RETURNS regclass
+LANGUAGE sql IMMUTABLE AS $$ SELECT format('queue_pg.%s_%s', kind, queue_id)::regclass $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._count(kind text, queue_id integer, n bigint DEFAULT 1)
+RETURNS void LANGUAGE sql AS $$
+    SELECT count(nextval(queue_pg._counter(kind, queue_id))) FROM generate_series(1, n)
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._counted(kind text, queue_id integer) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(pg_sequence_last_value(queue_pg._counter(kind, queue_id)), 0)
+$$;
+
+-- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's
+-- secret, 64 bits) makes a forged or altered receipt detectable without looking the message up.
+CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT left(encode(sha256(key || convert_to(queue_id || '.' || id || '.' || lease_no, 'UTF8') || key),
+                       'hex'), 16)
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._receipt(queue_id integer, id bigint, lease_no integer, key bytea)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT queue_id || '.' || id || '.' || lease_no || '.' || queue_pg._mac(queue_id, id, lease_no, key)
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._key() RETURNS bytea
+LANGUAGE sql STABLE AS $$ SELECT key FROM queue_pg.secret $$;
+
+-- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
+CREATE OR REPLACE FUNCTION queue_pg._parse_receipt(q_id integer, receipt text, key bytea,
+                                                   OUT id bigint, OUT lease_no integer)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    parts text[];
+BEGIN
+    IF receipt IS NULL OR length(receipt) > 80 THEN
+        RETURN;
+    END IF;
+    parts := regexp_match(receipt, '^([0-9]{1,10})\.([0-9]{1,19})\.([0-9]{1,10})\.([0-9a-f]{16})$');
+    IF parts IS NULL OR parts[1]::bigint <> q_id OR parts[3]::bigint > 2147483647
+       OR parts[2]::numeric > 9223372036854775807 THEN
+        RETURN;
+    END IF;
+    IF queue_pg._mac(q_id, parts[2]::bigint, parts[3]::integer, key) <> parts[4] THEN
+        RETURN;
+    END IF;
+    id := parts[2]::bigint;
+    lease_no := parts[3]::integer;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._invalid_receipt(queue text, receipt text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'QP006',
+        MESSAGE = format('receipt %s is not a receipt of queue %s (malformed, forged or from another queue)',
+                         coalesce(quote_literal(left(receipt, 100)), 'NULL'), quote_literal(queue));
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._stale_receipt(q queue_pg.queues, receipt text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM queue_pg._count('stale_receipts', q.id);
+    RAISE EXCEPTION USING ERRCODE = 'QP005',
+        MESSAGE = format('receipt %s of queue %s is stale: the message was received again after it was issued',
+                         quote_literal(receipt), quote_literal(q.name)),
+        HINT = 'the lease lapsed before the message was deleted; consider a longer visibility_timeout or a heartbeat';
+END $$;
+
+-- One history row per finished message, when the queue keeps history.
+CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
+                                             at timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queue_pg.message_history
+        (queue_id, queue, message_id, outcome, enqueued_at, first_received_at, last_received_at,
+         finished_at, receive_count, lease_expiries, type)
+    SELECT q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
+           at, m.receive_count, m.lease_expiries, m.attributes ->> 'type'
+    WHERE q.history
+$$;

@@ -1,0 +1,245 @@
+-- Queue configuration: create, alter, drop, list. Every setting is validated here and only here.
+
+-- Refuses the first bad setting of a queue row (after defaults and changes are merged).
+CREATE OR REPLACE FUNCTION queue_pg._validate(q queue_pg.queues) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF q.name IS NULL OR q.name !~ '^[A-Za-z0-9_-]{1,80}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('name = %s is invalid: allowed 1 to 80 characters of [A-Za-z0-9_-]',
+                             coalesce(quote_literal(left(q.name, 200)), 'NULL'));
+    END IF;
+    PERFORM queue_pg._check('visibility_timeout', q.visibility_timeout, 0, 604800);
+    IF q.message_ttl IS NOT NULL AND (q.message_ttl <= 0 OR q.message_ttl = 'NaN' OR q.message_ttl > 3153600000) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('message_ttl = %s is out of range: allowed a positive number of seconds up to 3153600000 (100 years), or NULL for never', q.message_ttl);
+    END IF;
+    PERFORM queue_pg._check('delay', q.delay, 0, 604800);
+    PERFORM queue_pg._check('max_message_size', q.max_message_size, 1024, 16777216, 'bytes');
+    PERFORM queue_pg._check('receive_wait', q.receive_wait, 0, 20);
+    PERFORM queue_pg._check('max_lease', q.max_lease, 1, 604800);
+    IF q.visibility_timeout > q.max_lease THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('visibility_timeout = %s is out of range: it may not exceed max_lease = %s seconds',
+                             queue_pg._fmt(q.visibility_timeout), queue_pg._fmt(q.max_lease));
+    END IF;
+    IF (q.dead_letter_queue IS NULL) <> (q.max_receive_count IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('dead_letter_queue = %s and max_receive_count = %s: set both or neither',
+                             coalesce(quote_literal(q.dead_letter_queue), 'NULL'),
+                             coalesce(q.max_receive_count::text, 'NULL'));
+    END IF;
+    IF q.max_receive_count IS NOT NULL THEN
+        PERFORM queue_pg._check('max_receive_count', q.max_receive_count, 1, 1000, 'receives');
+        IF q.dead_letter_queue = q.name THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('dead_letter_queue = %s is invalid: a queue cannot be its own dead-letter queue',
+                                 quote_literal(q.dead_letter_queue));
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM queue_pg.queues WHERE name = q.dead_letter_queue) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('dead_letter_queue = %s is invalid: no such queue; create it first',
+                                 quote_literal(q.dead_letter_queue));
+        END IF;
+    END IF;
+    IF q.in_flight_limit IS NOT NULL THEN
+        PERFORM queue_pg._check('in_flight_limit', q.in_flight_limit, 1, 10000000, 'messages');
+    END IF;
+    IF q.history IS NULL THEN
+        PERFORM queue_pg._raise('QP003', 'history = NULL is invalid: allowed true or false');
+    END IF;
+    PERFORM queue_pg._check('history_retention', q.history_retention, 3600, 3153600000);
+END $$;
+
+-- Keeps the in-flight counter row in step with the queue's in_flight_limit.
+CREATE OR REPLACE FUNCTION queue_pg._sync_in_flight(q queue_pg.queues) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF q.in_flight_limit IS NULL THEN
+        DELETE FROM queue_pg.in_flight WHERE queue_id = q.id;
+    ELSE
+        INSERT INTO queue_pg.in_flight (queue_id, n)
+        VALUES (q.id, queue_pg._in_flight_exact(q, queue_pg.now()))
+        ON CONFLICT (queue_id) DO NOTHING;
+    END IF;
+END $$;
+
+-- Received-not-deleted messages whose lease has not lapsed, counted no further than the limit.
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_exact(q queue_pg.queues, at timestamptz) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM (
+        SELECT 1 FROM queue_pg.messages m
+        WHERE m.queue_id = q.id AND m.visible_at > at AND m.last_received_at IS NOT NULL
+        LIMIT coalesce(q.in_flight_limit, 2147483647)
+    ) s
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg.create_queue(
+    name text,
+    visibility_timeout double precision DEFAULT 30,
+    message_ttl double precision DEFAULT 345600,
+    delay double precision DEFAULT 0,
+    max_message_size integer DEFAULT 1048576,
+    receive_wait double precision DEFAULT 0,
+    max_lease double precision DEFAULT 43200,
+    dead_letter_queue text DEFAULT NULL,
+    max_receive_count integer DEFAULT NULL,
+    in_flight_limit integer DEFAULT NULL,
+    history boolean DEFAULT true,
+    history_retention double precision DEFAULT 604800
+) RETURNS SETOF queue_pg.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues;
+    old queue_pg.queues;
+    diff text;
+BEGIN
+    q.name := create_queue.name;
+    q.visibility_timeout := create_queue.visibility_timeout;
+    q.message_ttl := create_queue.message_ttl;
+    q.delay := create_queue.delay;
+    q.max_message_size := create_queue.max_message_size;
+    q.receive_wait := create_queue.receive_wait;
+    q.max_lease := create_queue.max_lease;
+    q.dead_letter_queue := create_queue.dead_letter_queue;
+    q.max_receive_count := create_queue.max_receive_count;
+    q.in_flight_limit := create_queue.in_flight_limit;
+    q.history := create_queue.history;
+    q.history_retention := create_queue.history_retention;
+    PERFORM queue_pg._validate(q);
+
+    INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
+        receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
+        history_retention)
+    VALUES (q.name, q.visibility_timeout, q.message_ttl, q.delay, q.max_message_size, q.receive_wait,
+        q.max_lease, q.dead_letter_queue, q.max_receive_count, q.in_flight_limit, q.history,
+        q.history_retention)
+    ON CONFLICT ON CONSTRAINT queues_name_key DO NOTHING
+    RETURNING t.* INTO old;
+
+    IF old.id IS NOT NULL THEN  -- created now
+        EXECUTE format('CREATE SEQUENCE queue_pg.stale_receipts_%s', old.id);
+        EXECUTE format('CREATE SEQUENCE queue_pg.lease_expiries_%s', old.id);
+        PERFORM queue_pg._sync_in_flight(old);
+        RETURN NEXT old;
+        RETURN;
+    END IF;
+
+    -- It exists: the same settings make this a no-op, others an error that names them.
+    old := queue_pg._queue(q.name);
+    SELECT string_agg(format('%s = %s (asked %s)', k, coalesce(o, 'NULL'), coalesce(n, 'NULL')), ', ')
+    INTO diff
+    FROM (VALUES
+        ('visibility_timeout', old.visibility_timeout::text, q.visibility_timeout::text),
+        ('message_ttl', old.message_ttl::text, q.message_ttl::text),
+        ('delay', old.delay::text, q.delay::text),
+        ('max_message_size', old.max_message_size::text, q.max_message_size::text),
+        ('receive_wait', old.receive_wait::text, q.receive_wait::text),
+        ('max_lease', old.max_lease::text, q.max_lease::text),
+        ('dead_letter_queue', old.dead_letter_queue, q.dead_letter_queue),
+        ('max_receive_count', old.max_receive_count::text, q.max_receive_count::text),
+        ('in_flight_limit', old.in_flight_limit::text, q.in_flight_limit::text),
+        ('history', old.history::text, q.history::text),
+        ('history_retention', old.history_retention::text, q.history_retention::text)
+    ) AS s(k, o, n)
+    WHERE o IS DISTINCT FROM n;
+    IF diff IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP002',
+            MESSAGE = format('queue %s already exists with other settings: %s', quote_literal(q.name), diff);
+    END IF;
+    RETURN NEXT old;
+END $$;
+
+-- Changes the given settings; NULL leaves one as it is, `clear` sets nullable ones to NULL.
+CREATE OR REPLACE FUNCTION queue_pg.alter_queue(
+    name text,
+    visibility_timeout double precision DEFAULT NULL,
+    message_ttl double precision DEFAULT NULL,
+    delay double precision DEFAULT NULL,
+    max_message_size integer DEFAULT NULL,
+    receive_wait double precision DEFAULT NULL,
+    max_lease double precision DEFAULT NULL,
+    dead_letter_queue text DEFAULT NULL,
+    max_receive_count integer DEFAULT NULL,
+    in_flight_limit integer DEFAULT NULL,
+    history boolean DEFAULT NULL,
+    history_retention double precision DEFAULT NULL,
+    clear text[] DEFAULT NULL
+) RETURNS SETOF queue_pg.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues;
+    c text;
+BEGIN
+    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = alter_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM queue_pg._queue(alter_queue.name);
+    END IF;
+    q.visibility_timeout := coalesce(alter_queue.visibility_timeout, q.visibility_timeout);
+    q.message_ttl := coalesce(alter_queue.message_ttl, q.message_ttl);
+    q.delay := coalesce(alter_queue.delay, q.delay);
+    q.max_message_size := coalesce(alter_queue.max_message_size, q.max_message_size);
+    q.receive_wait := coalesce(alter_queue.receive_wait, q.receive_wait);
+    q.max_lease := coalesce(alter_queue.max_lease, q.max_lease);
+    q.dead_letter_queue := coalesce(alter_queue.dead_letter_queue, q.dead_letter_queue);
+    q.max_receive_count := coalesce(alter_queue.max_receive_count, q.max_receive_count);
+    q.in_flight_limit := coalesce(alter_queue.in_flight_limit, q.in_flight_limit);
+    q.history := coalesce(alter_queue.history, q.history);
+    q.history_retention := coalesce(alter_queue.history_retention, q.history_retention);
+    FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
+        CASE c
+            WHEN 'message_ttl' THEN q.message_ttl := NULL;
+            WHEN 'dead_letter_queue', 'max_receive_count' THEN
+                q.dead_letter_queue := NULL; q.max_receive_count := NULL;
+            WHEN 'in_flight_limit' THEN q.in_flight_limit := NULL;
+            ELSE
+                RAISE EXCEPTION USING ERRCODE = 'QP003',
+                    MESSAGE = format('clear = %s is invalid: allowed message_ttl, dead_letter_queue, max_receive_count, in_flight_limit',
+                                     coalesce(quote_literal(c), 'NULL'));
+        END CASE;
+    END LOOP;
+    PERFORM queue_pg._validate(q);
+    UPDATE queue_pg.queues t SET
+        visibility_timeout = q.visibility_timeout, message_ttl = q.message_ttl, delay = q.delay,
+        max_message_size = q.max_message_size, receive_wait = q.receive_wait, max_lease = q.max_lease,
+        dead_letter_queue = q.dead_letter_queue, max_receive_count = q.max_receive_count,
+        in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention
+    WHERE t.id = q.id;
+    PERFORM queue_pg._sync_in_flight(q);
+    RETURN NEXT q;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.drop_queue(name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues;
+    users text;
+BEGIN
+    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = drop_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        IF if_exists THEN
+            RETURN false;
+        END IF;
+        PERFORM queue_pg._queue(drop_queue.name);
+    END IF;
+    SELECT string_agg(quote_literal(u.name), ', ') INTO users
+    FROM queue_pg.queues u WHERE u.dead_letter_queue = q.name;
+    IF users IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP010',
+            MESSAGE = format('queue %s is the dead_letter_queue of %s; alter or drop those first',
+                             quote_literal(q.name), users);
+    END IF;
+    DELETE FROM queue_pg.messages WHERE queue_id = q.id;
+    UPDATE queue_pg.messages SET source_queue_id = NULL WHERE source_queue_id = q.id;
+    DELETE FROM queue_pg.queues WHERE id = q.id;
+    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.stale_receipts_%s', q.id);
+    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.lease_expiries_%s', q.id);
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.list_queues() RETURNS SETOF queue_pg.queues
+LANGUAGE sql STABLE AS $$ SELECT * FROM queue_pg.queues ORDER BY name $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.get_queue(name text) RETURNS SETOF queue_pg.queues
+LANGUAGE sql STABLE AS $$ SELECT * FROM queue_pg._queue(name) $$;

@@ -1,0 +1,145 @@
+-- Receiving: claim visible messages with FOR UPDATE SKIP LOCKED and lease them.
+
+-- One claim attempt. Dead-letters claimed messages that used up their receives (SQS: the receive
+-- after the last allowed one moves the message instead of returning it); returns the rest leased.
+CREATE OR REPLACE FUNCTION queue_pg._claim(q queue_pg.queues, max_messages integer,
+                                           vt double precision, long_poll boolean)
+RETURNS SETOF queue_pg.message
+LANGUAGE plpgsql AS $$
+DECLARE
+    n timestamptz := queue_pg.now();
+    want integer := max_messages;
+    held bigint;
+    ids bigint[];
+    dead bigint[];
+    lapsed integer;
+    key bytea;
+    moved queue_pg.messages;
+    got integer;
+BEGIN
+    IF q.in_flight_limit IS NOT NULL THEN
+        -- The counter is an upper bound (a lapsed lease is not subtracted); when it says the
+        -- limit is reached, count exactly, no further than the limit, and store the truth.
+        SELECT f.n INTO held FROM queue_pg.in_flight f WHERE f.queue_id = q.id FOR UPDATE;
+        IF held IS NULL OR held + want > q.in_flight_limit THEN
+            held := queue_pg._in_flight_exact(q, n);
+            INSERT INTO queue_pg.in_flight AS f (queue_id, n) VALUES (q.id, held)
+            ON CONFLICT (queue_id) DO UPDATE SET n = excluded.n;
+        END IF;
+        IF held >= q.in_flight_limit THEN
+            IF long_poll THEN
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'QP008',
+                MESSAGE = format('queue %s has %s messages in flight: in_flight_limit = %s is reached',
+                                 quote_literal(q.name), held, q.in_flight_limit);
+        END IF;
+        want := least(want, q.in_flight_limit - held);
+    END IF;
+
+    -- A claim that found only messages to dead-letter tries again, a bounded number of times.
+    FOR attempt IN 1..4 LOOP
+        SELECT array_agg(c.id),
+               array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
+               count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released)
+        INTO ids, dead, lapsed
+        FROM (
+            SELECT m.id, m.receive_count, m.released
+            FROM queue_pg.messages m
+            WHERE m.queue_id = q.id AND m.visible_at <= n
+              AND (m.expires_at IS NULL OR m.expires_at > n)
+            ORDER BY m.visible_at
+            LIMIT want
+            FOR UPDATE SKIP LOCKED
+        ) c;
+        IF ids IS NULL THEN
+            RETURN;
+        END IF;
+        IF lapsed > 0 THEN
+            PERFORM queue_pg._count('lease_expiries', q.id, lapsed);
+        END IF;
+        EXIT WHEN dead IS NULL;
+        -- Same id in the dead-letter queue; a new lease number makes every old receipt stale.
+        FOR moved IN
+            UPDATE queue_pg.messages t SET
+                queue_id = d.id, source_queue_id = q.id, visible_at = n, lease_no = t.lease_no + 1,
+                lease_expiries = t.lease_expiries + (NOT t.released)::int, released = false
+            FROM queue_pg.queues d
+            WHERE d.name = q.dead_letter_queue AND t.id = ANY (dead)
+            RETURNING t.*
+        LOOP
+            PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
+        END LOOP;
+        PERFORM pg_notify(queue_pg._channel(d.id), '') FROM queue_pg.queues d
+        WHERE d.name = q.dead_letter_queue;
+        ids := ARRAY(SELECT unnest(ids) EXCEPT SELECT unnest(dead));
+        EXIT WHEN cardinality(ids) > 0;
+    END LOOP;
+    IF cardinality(ids) = 0 THEN
+        RETURN;
+    END IF;
+
+    key := queue_pg._key();
+    RETURN QUERY
+    UPDATE queue_pg.messages t SET
+        visible_at = n + queue_pg._seconds(vt),
+        receive_count = t.receive_count + 1,
+        lease_no = t.lease_no + 1,
+        lease_expiries = t.lease_expiries + (t.receive_count > 0 AND NOT t.released)::int,
+        released = false,
+        first_received_at = coalesce(t.first_received_at, n),
+        last_received_at = n
+    WHERE t.id = ANY (ids)
+    RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
+              t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at;
+    GET DIAGNOSTICS got = ROW_COUNT;
+    IF q.in_flight_limit IS NOT NULL AND got > 0 AND vt > 0 THEN
+        UPDATE queue_pg.in_flight f SET n = f.n + got WHERE f.queue_id = q.id;
+    END IF;
+END $$;
+
+-- The body of receive. poll => false makes one attempt and never sleeps: the Python client
+-- waits on LISTEN/NOTIFY between attempts instead, with `wait` still checked here.
+CREATE OR REPLACE FUNCTION queue_pg._receive(
+    queue text,
+    max_messages integer,
+    visibility_timeout double precision,
+    wait double precision,
+    poll boolean
+) RETURNS SETOF queue_pg.message
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+    vt double precision := coalesce(visibility_timeout, q.visibility_timeout);
+    w double precision := coalesce(wait, q.receive_wait);
+    deadline timestamptz;
+BEGIN
+    PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages');
+    PERFORM queue_pg._check('visibility_timeout', vt, 0, 604800);
+    PERFORM queue_pg._check('wait', w, 0, 20);
+    IF vt > q.max_lease THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('visibility_timeout = %s is out of range: it may not exceed max_lease = %s seconds of queue %s',
+                             queue_pg._fmt(vt), queue_pg._fmt(q.max_lease), quote_literal(q.name));
+    END IF;
+    deadline := clock_timestamp() + queue_pg._seconds(w);
+    LOOP
+        RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, w > 0);
+        IF FOUND OR NOT poll OR clock_timestamp() >= deadline THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(least(0.05, extract(epoch FROM deadline - clock_timestamp())));
+    END LOOP;
+END $$;
+
+-- SQS ReceiveMessage. `wait` > 0 polls inside the server every 50 ms for callers that cannot
+-- LISTEN (psql, other languages); the Python client waits on LISTEN/NOTIFY instead.
+CREATE OR REPLACE FUNCTION queue_pg.receive(
+    queue text,
+    max_messages integer DEFAULT 1,
+    visibility_timeout double precision DEFAULT NULL,
+    wait double precision DEFAULT NULL
+) RETURNS SETOF queue_pg.message
+LANGUAGE sql AS $$
+    SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true)
+$$;

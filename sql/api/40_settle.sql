@@ -1,0 +1,188 @@
+-- Settling a lease: delete, change visibility, update. Each needs the current receipt.
+
+-- Why a receipt that matched nothing matched nothing: the message is gone (false), was received
+-- again (StaleReceipt, counted), or the receipt was never ours (InvalidReceipt).
+CREATE OR REPLACE FUNCTION queue_pg._diagnose(q queue_pg.queues, receipt text, id bigint,
+                                              lease_no integer) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur integer;
+BEGIN
+    IF id IS NULL THEN
+        RETURN 'InvalidReceipt';
+    END IF;
+    -- a message that moved to another queue (dead-lettered, redriven) is gone from this one
+    SELECT m.lease_no INTO cur FROM queue_pg.messages m WHERE m.id = _diagnose.id AND m.queue_id = q.id;
+    IF cur IS NULL THEN
+        RETURN 'gone';
+    ELSIF cur > lease_no THEN
+        RETURN 'StaleReceipt';
+    ELSIF cur < lease_no THEN
+        RETURN 'InvalidReceipt';
+    END IF;
+    RETURN 'gone';  -- same lease, but expired: expiry wins over the lease
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._refuse(q queue_pg.queues, receipt text, why text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    CASE why
+        WHEN 'InvalidReceipt' THEN PERFORM queue_pg._invalid_receipt(q.name, receipt);
+        WHEN 'StaleReceipt' THEN PERFORM queue_pg._stale_receipt(q, receipt);
+        WHEN 'gone' THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP009',
+                MESSAGE = format('the message of receipt %s is no longer in queue %s (deleted, expired or dead-lettered)',
+                                 quote_literal(receipt), quote_literal(q.name));
+        ELSE NULL;
+    END CASE;
+END $$;
+
+-- SQS DeleteMessage. True when deleted now; false when it was already gone, so a retry is safe.
+CREATE OR REPLACE FUNCTION queue_pg.delete_message(queue text, receipt text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+    r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
+    n timestamptz := queue_pg.now();
+    m queue_pg.messages;
+    why text;
+BEGIN
+    DELETE FROM queue_pg.messages t
+    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
+      AND (t.expires_at IS NULL OR t.expires_at > n)
+    RETURNING t.* INTO m;
+    IF m.id IS NOT NULL THEN
+        PERFORM queue_pg._history(q, m, 'deleted', n);
+        IF q.in_flight_limit IS NOT NULL AND m.visible_at > n THEN
+            UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
+        END IF;
+        RETURN true;
+    END IF;
+    why := queue_pg._diagnose(q, receipt, r.id, r.lease_no);
+    IF why <> 'gone' THEN
+        PERFORM queue_pg._refuse(q, receipt, why);
+    END IF;
+    RETURN false;
+END $$;
+
+-- Per-entry results: deleted, or the name of the refusal. Duplicate receipts are refused whole.
+CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
+RETURNS TABLE (receipt text, deleted boolean, error text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+    key bytea := queue_pg._key();
+    n timestamptz := queue_pg.now();
+    cnt integer := coalesce(cardinality(receipts), 0);
+    dup text;
+    m queue_pg.messages;
+    done bigint[] := '{}';
+    freed integer := 0;
+    stale integer;
+BEGIN
+    PERFORM queue_pg._check('len(receipts)', cnt, 1, 1000, 'receipts');
+    SELECT x INTO dup FROM unnest(receipts) x GROUP BY x HAVING count(*) > 1 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('receipts has duplicate entry %s: allowed distinct receipts only',
+                             coalesce(quote_literal(dup), 'NULL'));
+    END IF;
+    FOR m IN
+        DELETE FROM queue_pg.messages t
+        USING (SELECT (queue_pg._parse_receipt(q.id, x, key)).* FROM unnest(receipts) x) p
+        WHERE t.id = p.id AND t.queue_id = q.id AND t.lease_no = p.lease_no
+          AND (t.expires_at IS NULL OR t.expires_at > n)
+        RETURNING t.*
+    LOOP
+        PERFORM queue_pg._history(q, m, 'deleted', n);
+        done := done || m.id;
+        freed := freed + (m.visible_at > n)::int;
+    END LOOP;
+    IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
+        UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
+    END IF;
+    RETURN QUERY
+    SELECT x.r, x.ok, CASE WHEN x.ok THEN NULL ELSE nullif(x.why, 'gone') END
+    FROM (
+        SELECT u.r, u.i, p.id = ANY (done) AND p.id IS NOT NULL AS ok,
+               CASE WHEN p.id = ANY (done) THEN NULL
+                    ELSE queue_pg._diagnose(q, u.r, p.id, p.lease_no) END AS why
+        FROM unnest(receipts) WITH ORDINALITY u(r, i)
+        CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p
+    ) x
+    ORDER BY x.i;
+    -- count the stale refusals (a batch does not raise, but they are still refusals)
+    SELECT count(*) INTO stale
+    FROM unnest(receipts) u(r)
+    CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p
+    WHERE NOT (p.id = ANY (done)) AND queue_pg._diagnose(q, u.r, p.id, p.lease_no) = 'StaleReceipt';
+    IF stale > 0 THEN
+        PERFORM queue_pg._count('stale_receipts', q.id, stale);
+    END IF;
+END $$;
+
+-- The shared body of change_visibility and update_message: new lease end counted from now,
+-- capped at max_lease after the receive that began the lease.
+CREATE OR REPLACE FUNCTION queue_pg._relet(q queue_pg.queues, receipt text, timeout double precision,
+                                           body jsonb, param text) RETURNS queue_pg.message
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
+    n timestamptz := queue_pg.now();
+    m queue_pg.messages;
+    cap timestamptz;
+    was_in boolean;
+    result queue_pg.message;
+BEGIN
+    PERFORM queue_pg._check(param, timeout, 0, 604800);
+    IF body IS NOT NULL THEN
+        PERFORM queue_pg._check_body(q, body, NULL);
+    END IF;
+    SELECT * INTO m FROM queue_pg.messages t
+    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
+      AND (t.expires_at IS NULL OR t.expires_at > n)
+    FOR UPDATE;
+    IF m.id IS NULL THEN
+        PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, receipt, r.id, r.lease_no));
+    END IF;
+    cap := m.last_received_at + queue_pg._seconds(q.max_lease);
+    IF n + queue_pg._seconds(timeout) > cap THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP007',
+            MESSAGE = format('%s = %s would end the lease at %s, past max_lease = %s seconds after the receive at %s (allowed up to %s seconds from now)',
+                             param, queue_pg._fmt(timeout), n + queue_pg._seconds(timeout),
+                             queue_pg._fmt(q.max_lease), m.last_received_at,
+                             greatest(0, round(extract(epoch FROM cap - n)::numeric, 3)));
+    END IF;
+    was_in := m.visible_at > n;
+    UPDATE queue_pg.messages t SET
+        visible_at = n + queue_pg._seconds(timeout),
+        released = (timeout = 0),
+        body = coalesce(_relet.body, t.body)
+    WHERE t.id = m.id
+    RETURNING t.id, q.name, t.body, t.attributes, receipt, t.receive_count, t.enqueued_at,
+              t.first_received_at, t.visible_at, t.expires_at
+    INTO result;
+    IF q.in_flight_limit IS NOT NULL AND was_in <> (timeout > 0) THEN
+        UPDATE queue_pg.in_flight f SET n = greatest(f.n + CASE WHEN was_in THEN -1 ELSE 1 END, 0)
+        WHERE f.queue_id = q.id;
+    END IF;
+    IF timeout = 0 THEN
+        PERFORM pg_notify(queue_pg._channel(q.id), '');
+    END IF;
+    RETURN result;
+END $$;
+
+-- SQS ChangeMessageVisibility: returns the new lease end; 0 releases the message at once.
+CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, timeout double precision)
+RETURNS timestamptz
+LANGUAGE sql AS $$
+    SELECT (queue_pg._relet(queue_pg._queue(queue), receipt, timeout, NULL, 'timeout')).visible_until
+$$;
+
+-- Azure Update Message: new visibility and, optionally, new content; the receipt stays valid.
+CREATE OR REPLACE FUNCTION queue_pg.update_message(queue text, receipt text, body jsonb DEFAULT NULL,
+                                                   visibility_timeout double precision DEFAULT 0)
+RETURNS queue_pg.message
+LANGUAGE sql AS $$
+    SELECT queue_pg._relet(queue_pg._queue(queue), receipt, visibility_timeout, body, 'visibility_timeout')
+$$;

