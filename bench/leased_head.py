@@ -7,23 +7,25 @@ Two queues in one scratch database:
   would pass all of them before the first message it may take);
 - ``empty_head``: the same 1,000,000 visible messages, none in flight.
 
-After ``VACUUM ANALYZE`` the scenario measures ``receive(max_messages=10)`` through the Python
-client (``queue_pg.Client``), each receive followed by ``delete_batch`` of what it got, in
-alternating blocks on the two queues so drift (autovacuum, checkpoints, caches) hits both alike;
-then the server side: ``EXPLAIN (ANALYZE, BUFFERS)`` of the whole ``queue_pg.receive`` call and,
-through ``auto_explain``, of the claim query inside it, each rolled back. As a control it also
-EXPLAINs an id-ordered claim (what a naive queue runs) to show that the scenario does put work
-in the way of such a read. The figure of merit is leased / empty-head: the target is within 2x.
+The scenario measures ``receive(max_messages=10)`` through the Python client
+(``queue_pg.Client``) after ``VACUUM ANALYZE``, each receive followed by ``delete_batch`` of what
+it got, in alternating blocks on the two queues so drift (autovacuum, checkpoints, the other
+core's load) hits both alike. The server side, ``EXPLAIN (ANALYZE, BUFFERS)`` of the whole
+``queue_pg.receive`` call and (through ``auto_explain``) of the claim query inside it, all rolled
+back, is taken three times: before the vacuum (dead index entries of the leased rows' old
+versions still in place), after it, and after the client loop. As a control it also EXPLAINs an
+id-ordered claim (what a naive queue runs) to show that the scenario does put work in the way of
+such a read. The figure of merit is leased / empty head: the target is within 2x.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ __all__ = ["SCENARIO", "Params", "run"]
 RESULT_NAME = "leased_head"
 LEASED = "leased_head"
 EMPTY = "empty_head"
+WARMUP = "warmup"  #: a small third queue that warms each measuring session
 TARGET_RATIO = 2.0
 
 #: The read a naive queue runs (oldest id first, visibility as a filter), for the control. The
@@ -154,7 +157,7 @@ class ServerFigures:
 
 
 def _client_loop(dsn: str, p: Params) -> dict[str, ClientFigures]:
-    from queue_pg.client import Client
+    from queue_pg import Client
 
     queues = (LEASED, EMPTY)
     recv: dict[str, list[float]] = {q: [] for q in queues}
@@ -212,38 +215,62 @@ def _median_index(values: Sequence[float]) -> int:
     return order[len(order) // 2]
 
 
-def _server_side(conn: db.Connection, queue: str, p: Params) -> ServerFigures:
-    """EXPLAIN ANALYZE of receive (rolled back), then the claim inside it via auto_explain.
-
-    The first runs warm the session's plan cache: PL/pgSQL switches to a generic plan after five
-    executions, and the steady state is what a long-lived client connection gets.
-    """
-    call = sql.SQL("SELECT * FROM queue_pg.receive({}, {})").format(
-        sql.Literal(queue), sql.Literal(p.max_messages)
+def _receive_sql(queue: str, max_messages: int) -> sql.Composed:
+    return sql.SQL("SELECT * FROM queue_pg.receive({}, {})").format(
+        sql.Literal(queue), sql.Literal(max_messages)
     )
+
+
+def _server_side(dsn: str, p: Params) -> dict[str, ServerFigures]:
+    """EXPLAIN ANALYZE of receive on each queue (rolled back), then of the claim inside it
+    through auto_explain.
+
+    Each queue gets a session of its own, first warmed on a third queue so that its first
+    measured call pays for the data only, not for compiling the functions. The two sessions
+    take turns, so drift (checkpoints, the other core's load) hits both queues alike. The
+    first ``warm`` runs fill the plan cache (PL/pgSQL may switch to a generic plan after five
+    executions): the figures are the steady state a long-lived client connection gets.
+    """
+    queues = (LEASED, EMPTY)
     warm = 8
-    runs: list[db.ExplainRun] = []
-    first = math.nan
-    for i in range(warm + p.explain_runs):
-        run = db.explain_analyze(conn, call)
-        conn.rollback()
-        if i == 0:
-            first = run.execution_ms
-        if i >= warm:
-            runs.append(run)
+    first: dict[str, float] = {}
+    runs: dict[str, list[db.ExplainRun]] = {q: [] for q in queues}
+    claims: dict[str, list[db.NestedPlan]] = {q: [] for q in queues}
+    with ExitStack() as stack:
+        conns = {q: stack.enter_context(db.connect(dsn, autocommit=False)) for q in queues}
+        calls = {q: _receive_sql(q, p.max_messages) for q in queues}
+        for conn in conns.values():
+            for _ in range(3):
+                conn.execute(_receive_sql(WARMUP, p.max_messages)).fetchall()
+                conn.rollback()
+        for i in range(warm + p.explain_runs):
+            for q in queues if i % 2 == 0 else queues[::-1]:
+                run = db.explain_analyze(conns[q], calls[q])
+                conns[q].rollback()
+                if i == 0:
+                    first[q] = run.execution_ms
+                if i >= warm:
+                    runs[q].append(run)
+        nested = {q: stack.enter_context(db.nested_plans(conns[q])) for q in queues}
+        for i in range(warm + p.explain_runs):
+            for q in queues if i % 2 == 0 else queues[::-1]:
+                plans = nested[q]
+                if plans is None:
+                    continue  # auto_explain not loadable: no claim figures
+                plans.clear()
+                conns[q].execute(calls[q]).fetchall()
+                conns[q].rollback()
+                claim = next((x for x in plans if "SKIP LOCKED" in x.text), None)
+                if i >= warm and claim is not None:
+                    claims[q].append(claim)
+    return {q: _server_figures(first[q], runs[q], claims[q]) for q in queues}
+
+
+def _server_figures(
+    first: float, runs: list[db.ExplainRun], claims: list[db.NestedPlan]
+) -> ServerFigures:
     times = [r.execution_ms for r in runs]
     mid = runs[_median_index(times)]
-
-    claims: list[db.NestedPlan] = []
-    with db.nested_plans(conn) as nested:
-        if nested is not None:
-            for i in range(warm + p.explain_runs):
-                nested.clear()
-                conn.execute(call).fetchall()
-                conn.rollback()
-                claim = next((x for x in nested if "SKIP LOCKED" in x.text), None)
-                if i >= warm and claim is not None:
-                    claims.append(claim)
     claim_mid = claims[_median_index([c.duration_ms for c in claims])] if claims else None
     return ServerFigures(
         receive_first_ms=first,
@@ -294,6 +321,72 @@ def _queue_state(conn: db.Connection) -> dict[str, dict[str, Any]]:
 # --- the run ------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Setup:
+    """What the preparation did and found."""
+
+    timings: dict[str, float]
+    install: str
+    queue_ids: dict[str, int]
+    first_ids: dict[str, int]  #: lowest message id of each queue
+    leased_ids: dict[str, int | None]
+    unvacuumed: dict[str, ServerFigures]  #: server side before VACUUM
+
+
+def _prepare(dsn: str, p: Params, log: Callable[[str], None]) -> _Setup:
+    """Install, create and fill the queues, lease the head, measure once, then VACUUM ANALYZE."""
+    timings: dict[str, float] = {}
+    how = db.install(dsn)
+    log(f"installed queue_pg ({how})")
+    with db.connect(dsn) as conn:
+        for q in (LEASED, EMPTY, WARMUP):
+            conn.execute("SELECT queue_pg.create_queue(%s)", [q])
+        qids = dict(conn.execute("SELECT name, id FROM queue_pg.queues").fetchall())
+        # the leased queue first: its in-flight messages hold the lowest ids of the table
+        total = p.visible + p.in_flight
+        timings["fill_leased_s"] = db.fill(
+            conn, LEASED, total, batch_size=p.fill_batch, payload_bytes=p.payload_bytes
+        )
+        log(f"filled {LEASED}: {total:,} in {timings['fill_leased_s']:.1f} s")
+        t = time.perf_counter()
+        leased = db.lease(conn, LEASED, p.in_flight, visibility_timeout=p.lease_seconds)
+        timings["lease_s"] = time.perf_counter() - t
+        log(f"leased {leased:,} at the head of {LEASED} in {timings['lease_s']:.1f} s")
+        timings["fill_empty_s"] = db.fill(
+            conn, EMPTY, p.visible, batch_size=p.fill_batch, payload_bytes=p.payload_bytes
+        )
+        log(f"filled {EMPTY}: {p.visible:,} in {timings['fill_empty_s']:.1f} s")
+        db.fill(conn, WARMUP, 1000, payload_bytes=p.payload_bytes)
+        first_ids = dict(
+            conn.execute(
+                "SELECT q.name, min(m.id) FROM queue_pg.queues q"
+                " JOIN queue_pg.messages m ON m.queue_id = q.id GROUP BY q.name"
+            ).fetchall()
+        )
+        head = conn.execute(
+            "SELECT min(id) FILTER (WHERE visible_at > now()),"
+            " max(id) FILTER (WHERE visible_at > now()),"
+            " min(id) FILTER (WHERE visible_at <= now())"
+            " FROM queue_pg.messages WHERE queue_id = %s",
+            [qids[LEASED]],
+        ).fetchone()
+        assert head is not None
+        # Before any vacuum the old versions of the leased rows are dead entries at the head of
+        # the claim index: what a receive pays until (auto)vacuum has passed.
+        log("server side before VACUUM (EXPLAIN ANALYZE, rolled back)...")
+        unvacuumed = _server_side(dsn, p)
+        timings["vacuum_s"] = db.vacuum_analyze(conn)
+        log(f"VACUUM ANALYZE in {timings['vacuum_s']:.1f} s")
+    return _Setup(
+        timings={k: round(v, 2) for k, v in timings.items()},
+        install=how,
+        queue_ids=qids,
+        first_ids=first_ids,
+        leased_ids={"first": head[0], "last": head[1], "first_visible": head[2]},
+        unvacuumed=unvacuumed,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     p = Params.from_args(args)
     out = Path(args.out) if args.out else DEFAULT_OUT
@@ -303,69 +396,28 @@ def run(args: argparse.Namespace) -> int:
         f"leased-head: {p.visible:,} visible + {p.in_flight:,} in flight vs {p.visible:,} visible;"
         f" scratch database {p.database!r}"
     )
-    setup: dict[str, float] = {}
     with db.scratch_database(args.dsn, p.database, keep=args.keep) as dsn:
-        how = db.install(dsn)
-        log(f"installed queue_pg ({how})")
+        setup = _prepare(dsn, p, log)
         with db.connect(dsn) as conn:
             machine = machine_info(conn)
-            for q in (LEASED, EMPTY):
-                conn.execute("SELECT queue_pg.create_queue(%s)", [q])
-            qids = dict(conn.execute("SELECT name, id FROM queue_pg.queues").fetchall())
-
-            # the leased queue first: its in-flight messages hold the lowest ids
-            setup["fill_leased_s"] = db.fill(
-                conn,
-                LEASED,
-                p.visible + p.in_flight,
-                batch_size=p.fill_batch,
-                payload_bytes=p.payload_bytes,
-            )
-            log(f"filled {LEASED}: {p.visible + p.in_flight:,} in {setup['fill_leased_s']:.1f} s")
-            t = time.perf_counter()
-            leased = db.lease(conn, LEASED, p.in_flight, visibility_timeout=p.lease_seconds)
-            setup["lease_s"] = time.perf_counter() - t
-            log(f"leased {leased:,} at the head of {LEASED} in {setup['lease_s']:.1f} s")
-            setup["fill_empty_s"] = db.fill(
-                conn, EMPTY, p.visible, batch_size=p.fill_batch, payload_bytes=p.payload_bytes
-            )
-            log(f"filled {EMPTY}: {p.visible:,} in {setup['fill_empty_s']:.1f} s")
-            first_ids = dict(
-                conn.execute(
-                    "SELECT q.name, min(m.id) FROM queue_pg.queues q"
-                    " JOIN queue_pg.messages m ON m.queue_id = q.id GROUP BY q.name"
-                ).fetchall()
-            )
-            # Before any vacuum the old versions of the leased rows are dead entries at the head
-            # of the claim index: what a receive pays until (auto)vacuum has passed.
-            log("server side before VACUUM (EXPLAIN ANALYZE, rolled back)...")
-            with db.connect(dsn, autocommit=False) as tx:
-                server_unvacuumed = {q: _server_side(tx, q, p) for q in (LEASED, EMPTY)}
-            setup["vacuum_s"] = db.vacuum_analyze(conn)
-            log(f"VACUUM ANALYZE in {setup['vacuum_s']:.1f} s")
+            if machine["server_settings"].get("autovacuum") == "off":
+                log("note: the server runs with autovacuum = off (recorded in the results)")
             state_before = _queue_state(conn)
             sizes = db.relation_sizes(conn)
-            head = conn.execute(
-                "SELECT min(id) FILTER (WHERE visible_at > now()),"
-                " max(id) FILTER (WHERE visible_at > now()),"
-                " min(id) FILTER (WHERE visible_at <= now())"
-                " FROM queue_pg.messages WHERE queue_id = %s",
-                [qids[LEASED]],
-            ).fetchone()
-            assert head is not None
-
+        log("server side (EXPLAIN ANALYZE, rolled back)...")
+        server_before = _server_side(dsn, p)
         with db.connect(dsn, autocommit=False) as conn:
-            log("server side (EXPLAIN ANALYZE, rolled back)...")
-            server_before = {q: _server_side(conn, q, p) for q in (LEASED, EMPTY)}
-            control = {q: _naive_control(conn, qids[q], first_ids[q], p) for q in (LEASED, EMPTY)}
+            control = {
+                q: _naive_control(conn, setup.queue_ids[q], setup.first_ids[q], p)
+                for q in (LEASED, EMPTY)
+            }
         log(f"client: {p.receives:,} receives per queue...")
         client = _client_loop(dsn, p)
-        with db.connect(dsn, autocommit=False) as conn:
-            server_after = {q: _server_side(conn, q, p) for q in (LEASED, EMPTY)}
+        server_after = _server_side(dsn, p)
         with db.connect(dsn) as conn:
             state_after = _queue_state(conn)
 
-    ratios = _ratios(client, server_unvacuumed, server_before, server_after)
+    ratios = _ratios(client, setup.unvacuumed, server_before, server_after)
     result: dict[str, Any] = {
         "scenario": "leased-head",
         "command": args.command_line,
@@ -373,15 +425,15 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine,
         "parameters": asdict(p),
         "setup": {
-            **{k: round(v, 2) for k, v in setup.items()},
-            "install": how,
-            "leased_ids": {"first": head[0], "last": head[1], "first_visible": head[2]},
+            **setup.timings,
+            "install": setup.install,
+            "leased_ids": setup.leased_ids,
             "relation_bytes": sizes,
             "queues_before": state_before,
             "queues_after": state_after,
         },
         "client": client,
-        "server_before_vacuum": server_unvacuumed,
+        "server_before_vacuum": setup.unvacuumed,
         "server_before_run": server_before,
         "server_after_run": server_after,
         "naive_id_order_control": control,
@@ -440,6 +492,11 @@ def _buf(b: dict[str, int] | None) -> str:
     if not b:
         return "n/a"
     return " ".join(f"{k} {v}" for k, v in b.items())
+
+
+def _nbuf(b: dict[str, int] | None) -> str:
+    """Buffers a plan touched (shared hit + read)."""
+    return "n/a" if not b else str(b.get("hit", 0) + b.get("read", 0))
 
 
 def _markdown(
@@ -516,12 +573,22 @@ def _markdown(
         f" head ({lc['rows_removed_by_filter']:,} rows filtered out) against"
         f" {ec['execution_p50_ms']:.3f} ms on the empty head.",
         "",
-        "Before `VACUUM` (the leased rows' old versions still dead entries at the head of the claim"
-        f" index), server receive: first call {uv[LEASED].receive_first_ms:.3f} ms on the leased"
-        f" head against {uv[EMPTY].receive_first_ms:.3f} ms, then p50"
-        f" {uv[LEASED].receive_p50_ms:.3f} ms against {uv[EMPTY].receive_p50_ms:.3f} ms"
-        f" ({ratios['server_receive_p50_before_vacuum']:.2f}x).",
+        "Before `VACUUM`, the old versions of the leased rows are dead entries at the head of"
+        f" the claim index: the claim query touches {_nbuf(uv[LEASED].claim_buffers)} buffers on"
+        f" the leased head against {_nbuf(uv[EMPTY].claim_buffers)}"
+        f" ({_ms(uv[LEASED].claim_p50_ms)} ms against {_ms(uv[EMPTY].claim_p50_ms)} ms); the whole"
+        f" receive takes {uv[LEASED].receive_p50_ms:.3f} ms against"
+        f" {uv[EMPTY].receive_p50_ms:.3f} ms ({ratios['server_receive_p50_before_vacuum']:.2f}x).",
         "",
+        *(
+            [
+                "Note: the server ran with `autovacuum = off`, so nothing but the explicit"
+                " `VACUUM` removed dead entries during this run.",
+                "",
+            ]
+            if result["machine"]["server_settings"].get("autovacuum") == "off"
+            else []
+        ),
         f"Machine: {machine_line(result['machine'])}.",
         "",
         f"Reproduce: `{result['command']}`",

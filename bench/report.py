@@ -159,12 +159,17 @@ def machine_info(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         settings = dict(cur.fetchall())
     ram = _ram_bytes()
     host = conn.info.host
+    try:
+        load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
         "ram_gib": round(ram / 2**30, 1) if ram else None,
         "cpu_model": _cpu_model(),
         "os": platform.platform(),
+        "load_average": load,  #: 1, 5, 15 minutes, when the run began: other work on the box
         "python": sys.version.split()[0],
         "psycopg": psycopg.__version__,
         "postgresql": short,
@@ -183,6 +188,7 @@ def machine_line(machine: dict[str, Any]) -> str:
         f"PostgreSQL {machine['postgresql']} {where} "
         f"(shared_buffers {machine['server_settings'].get('shared_buffers')}), "
         f"Python {machine['python']}, psycopg {machine['psycopg']}; {machine['date']}"
+        + (f", load average {machine['load_average'][0]}" if machine.get("load_average") else "")
     )
 
 

@@ -25,6 +25,7 @@ from queue_pg.errors import (
     QueueNotFound,
     StaleReceipt,
 )
+from queue_pg.tasks import task as task
 from queue_pg.types import DeleteResult, Message, QueueConfig, QueueSettings, QueueStats, Seconds
 
 try:  # the version lives in pyproject.toml only

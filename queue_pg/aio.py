@@ -130,7 +130,6 @@ class AsyncClient:
             )
         self._sweep_interval = sweep_interval
         self._next_sweep = monotonic()
-        self._channels: dict[str, str] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -245,12 +244,8 @@ class AsyncClient:
         return await self._run(_ops.get_queue(name), conn)
 
     async def channel(self, queue: str, *, conn: AsyncConnection | None = None) -> str:
-        """The queue's LISTEN channel (cached)."""
-        try:
-            return self._channels[queue]
-        except KeyError:
-            name = self._channels[queue] = await self._run(_ops.channel(queue), conn)
-            return name
+        """The queue's LISTEN channel (not cached: a queue created again has another one)."""
+        return await self._run(_ops.channel(queue), conn)
 
     # --- messages -------------------------------------------------------------------------------
 

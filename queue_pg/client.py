@@ -173,7 +173,6 @@ class Client:
         self._sweep_interval = sweep_interval
         self._next_sweep = monotonic()
         self._sweep_lock = threading.Lock()
-        self._channels: dict[str, str] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -281,12 +280,9 @@ class Client:
         return self._run(_ops.get_queue(name), conn)
 
     def channel(self, queue: str, *, conn: Connection | None = None) -> str:
-        """The queue's LISTEN channel (cached: it never changes for a queue)."""
-        try:
-            return self._channels[queue]
-        except KeyError:
-            name = self._channels[queue] = self._run(_ops.channel(queue), conn)
-            return name
+        """The queue's LISTEN channel. Not cached: it follows the queue's id, so a queue dropped
+        and created again under the same name has another one."""
+        return self._run(_ops.channel(queue), conn)
 
     # --- messages -------------------------------------------------------------------------------
 

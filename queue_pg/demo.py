@@ -10,11 +10,14 @@ Besides ordinary jobs, four special ones show what leases are for:
 - **poison**: fails every time (released at once with ``change_visibility(receipt, 0)``) until
   the engine moves it to the dead-letter queue after ``max_receive_count`` receives.
 
-The processes report to the parent through a multiprocessing queue; only the parent prints.
+Each process reports to the parent through a pipe of its own, and only the parent prints. The
+parent stops them by closing the "stop" pipe. (Pipes rather than a multiprocessing Queue and
+Event: those need semaphores, hence a resource-tracker process that outlives the demo.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
 import os
@@ -23,8 +26,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
-from queue import Empty
 from typing import Any
 
 from queue_pg.client import Client
@@ -36,8 +39,6 @@ MAX_RECEIVES = 3
 PRODUCERS, WORKERS = 2, 3
 SPECIALS = ("slow", "crash", "poison", "stall")
 
-Events = Any  # a multiprocessing Queue of (who, kind, payload)
-Stop = Any  # a multiprocessing Event
 
 
 @dataclass(frozen=True)
@@ -47,72 +48,70 @@ class Plan:
     work: tuple[float, float]  #: an ordinary job takes between these many seconds
     slow: float  #: the slow job's work (longer than the lease: needs heartbeats)
     stall: float  #: how long the stalled worker hangs (longer than the lease)
-    pause: float  #: between two sends of a producer
+    pause: float  #: between two sends of producer-2 (producer-1 sends pairs, half as often)
     deadline: float  #: give up after this many seconds
 
 
-FULL = Plan(lease=2, jobs=30, work=(0.2, 0.9), slow=6, stall=4.5, pause=0.35, deadline=90)
+FULL = Plan(lease=2, jobs=40, work=(0.1, 0.5), slow=6, stall=4.5, pause=0.6, deadline=90)
 QUICK = Plan(lease=1, jobs=4, work=(0.05, 0.2), slow=2.5, stall=2.5, pause=0.1, deadline=60)
 
 
 # --- child processes ------------------------------------------------------------------------------
 
 
-def _producer(dsn: str, who: str, bodies: list[dict[str, Any]], batch: int, plan: Plan,
-              events: Events, stop: Stop) -> None:
+def _producer(dsn: str, who: str, bodies: list[dict[str, Any]], batch: int, pause: float,
+              events: Connection, stop: Connection) -> None:
     """Send ``bodies`` in batches of ``batch``, with the job's kind as attribute ``type``."""
     try:
         with Client(dsn, min_size=1, max_size=1, sweep_interval=None) as client:
             for i in range(0, len(bodies), batch):
-                if stop.is_set():
+                if stop.poll():  # readable = closed by the parent
                     return
                 chunk = bodies[i:i + batch]
                 types = [{"type": b["kind"]} for b in chunk]
                 ids = client.send_batch(JOBS, chunk, attributes=types)
-                events.put((who, "sent", len(ids)))
+                events.send((who, "sent", len(ids)))
                 kinds = {b["kind"] for b in chunk} - {"ordinary"}
                 label = f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}-{ids[-1]}"
                 if kinds:
-                    events.put((who, "log", (f"sent {label} ({', '.join(kinds)})", "bold")))
+                    events.send((who, "log", (f"sent {label} ({', '.join(kinds)})", "bold")))
                 else:
-                    events.put((who, "log", (f"sent {label}", "dim")))
-                time.sleep(plan.pause)
+                    events.send((who, "log", (f"sent {label}", "dim")))
+                time.sleep(pause)
     except KeyboardInterrupt:
         pass
     except Exception as exc:
-        events.put((who, "log", (f"failed: {exc!r}", "red")))
+        events.send((who, "log", (f"failed: {exc!r}", "red")))
         raise SystemExit(1) from None
 
 
-def _worker(dsn: str, who: str, plan: Plan, events: Events, stop: Stop) -> None:
+def _worker(dsn: str, who: str, plan: Plan, events: Connection, stop: Connection) -> None:
     """Receive, work, delete, until ``stop``; the special jobs behave as the module says."""
     try:
         with Client(dsn, min_size=1, max_size=2, sweep_interval=None) as client:
-            while not stop.is_set():
+            while not stop.poll():
                 for message in client.receive(JOBS, wait=1):
                     _handle(client, message, who, plan, events)
     except KeyboardInterrupt:
         pass
     except Exception as exc:
-        events.put((who, "log", (f"failed: {exc!r}", "red")))
+        events.send((who, "log", (f"failed: {exc!r}", "red")))
         raise SystemExit(1) from None
 
 
-def _handle(client: Client, m: Message, who: str, plan: Plan, events: Events) -> None:
+def _handle(client: Client, m: Message, who: str, plan: Plan, events: Connection) -> None:
     def log(text: str, style: str = "") -> None:
-        events.put((who, "log", (text, style)))
+        events.send((who, "log", (text, style)))
 
     assert m.receipt is not None
     kind, job, count = m.body["kind"], m.id, m.receive_count
     tag = f"job {job}" if kind == "ordinary" else f"job {job} ({kind})"
-    events.put((who, "received", count))
+    events.send((who, "received", count))
     if count > 1 and kind != "poison":
         log(f"{tag} redelivered, receive_count={count}", "yellow bold")
 
     if kind == "crash" and count == 1:
         log(f"{tag}: worker crashes holding it (no delete, no more heartbeats)", "red bold")
-        events.close()
-        events.join_thread()  # flush the log line before dying
         os._exit(3)
 
     if kind == "poison":
@@ -122,36 +121,54 @@ def _handle(client: Client, m: Message, who: str, plan: Plan, events: Events) ->
             " change_visibility(receipt, 0)", "magenta")
         return
 
-    if kind == "slow":
-        log(f"{tag}: needs {plan.slow:g}s, lease is {plan.lease:g}s: heartbeating", "cyan")
-        done_at = time.monotonic() + plan.slow
+    if kind == "stall" and count == 1:
+        log(f"{tag}: hangs {plan.stall:g}s without heartbeating (lease {plan.lease:g}s)", "red")
+        time.sleep(plan.stall)
+    elif kind == "slow" or kind == "stall":  # the stall job's second holder takes its time too
+        work = plan.slow if kind == "slow" else 2 * plan.lease
+        log(f"{tag}: needs {work:g}s, lease is {plan.lease:g}s: heartbeating", "cyan")
+        done_at = time.monotonic() + work
         while (left := done_at - time.monotonic()) > plan.lease / 2:
             time.sleep(plan.lease / 2)
             until = client.change_visibility(JOBS, m.receipt, plan.lease)
             log(f"{tag} heartbeat: lease extended to {until.astimezone():%H:%M:%S.%f}"[:-3]
                 + f" (+{plan.lease:g}s)", "cyan")
         time.sleep(max(left, 0))
-    elif kind == "stall" and count == 1:
-        log(f"{tag}: hangs {plan.stall:g}s without heartbeating (lease {plan.lease:g}s)", "red")
-        time.sleep(plan.stall)
     else:
         time.sleep(random.uniform(*plan.work))
 
     try:
         deleted = client.delete(JOBS, m.receipt)
     except StaleReceipt:
-        events.put((who, "stale", job))
+        events.send((who, "stale", job))
         log(f"{tag}: delete refused (StaleReceipt): it was redelivered, its new holder owns it",
             "red bold")
         return
-    if deleted:
-        events.put((who, "deleted", job))
-        late = " (lease had lapsed, nobody took it: delete accepted)" * (kind == "stall")
-        log(f"{tag} done{late if count == 1 else ''}",
-            "dim" if kind == "ordinary" and count == 1 else "green")
+    if not deleted:
+        log(f"{tag}: delete returned False: already deleted by its next holder", "red")
+        return
+    events.send((who, "deleted", job))
+    late = " (lease had lapsed, nobody took it: delete accepted)" * (kind == "stall")
+    log(f"{tag} done{late if count == 1 else ''}",
+        "dim" if kind == "ordinary" and count == 1 else "green")
 
 
 # --- the parent -----------------------------------------------------------------------------------
+
+
+def _stop_resource_tracker() -> None:
+    """Stop (and reap) the helper process every spawn starts, so none outlives the demo.
+
+    It would exit by itself when this process does; stopping it here keeps the demo from
+    leaving anything behind when it runs inside a longer-lived process (tests, a notebook).
+    Private API, hence the guard.
+    """
+    from multiprocessing import resource_tracker
+
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if callable(stop):
+        with contextlib.suppress(Exception):
+            stop()
 
 
 def _bodies(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -166,17 +183,17 @@ def _bodies(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counter[str]:
     """Run the demo on ``dsn``; returns the summary counts (``lost`` and ``timed out`` are
     0 when all went well)."""
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
-    from queue_pg.cli import message_table, safe_dsn, stats_table
+    from queue_pg.cli import message_table, out, safe_dsn, stats_table
     from queue_pg.migrate import migrate
 
     plan = QUICK if quick else FULL
     if messages is not None:
         plan = replace(plan, jobs=messages)
-    console = Console(highlight=False)
+    console = out()
     result = migrate(dsn)
     console.print(f"[dim]schema queue_pg at revision {result.after}[/dim]")
 
@@ -194,32 +211,45 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
     )
 
     ctx = mp.get_context("spawn")
-    events: Events = ctx.Queue()
-    stop: Stop = ctx.Event()
+    stop, stopping = ctx.Pipe(duplex=False)
     procs: dict[str, SpawnProcess] = {}
+    readers: dict[Connection, str] = {}
     tally: Counter[str] = Counter()
     started = time.monotonic()
 
     def start(who: str, target: Callable[..., None], *args: Any) -> None:
+        reader, events = ctx.Pipe(duplex=False)
         p = ctx.Process(target=target, name=who, args=(dsn, who, *args, events, stop), daemon=True)
         p.start()
-        procs[who] = p
+        events.close()  # the child's end: EOF on the reader once the child is gone
+        procs[who], readers[reader] = p, who
 
     def drain(timeout: float) -> None:
-        """Print and count what the processes reported."""
+        """Print and count what the processes report, for ``timeout`` seconds or until every
+        process has exited (closed its pipe)."""
+        if not readers:  # nobody left to hear from (not the normal case): just pace the loop
+            time.sleep(timeout)
+            return
         deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                who, kind, payload = events.get(timeout=left)
-            except Empty:
-                return
-            if kind == "log":
-                text, style = payload
-                line = Text(f"{time.monotonic() - started:5.1f}s {who:<11}", style="dim")
-                line.append(text, style=style)
-                console.print(line)
-            else:
-                tally[kind] += 1
+        while readers and (left := deadline - time.monotonic()) > 0:
+            for reader in wait(list(readers), timeout=left):
+                assert isinstance(reader, Connection)
+                try:
+                    who, kind, payload = reader.recv()
+                except EOFError:
+                    del readers[reader]
+                    reader.close()
+                    continue
+                report(who, kind, payload)
+
+    def report(who: str, kind: str, payload: Any) -> None:
+        if kind == "log":
+            text, style = payload
+            line = Text(f"{time.monotonic() - started:5.1f}s {who:<11}", style="dim")
+            line.append(text, style=style)
+            console.print(line)
+        else:
+            tally[kind] += payload if kind == "sent" else 1
 
     def view(rows: list[QueueStats]) -> Group:
         counts = ", ".join(f"{k} {tally[k]}" for k in ("sent", "deleted", "stale"))
@@ -231,8 +261,8 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
     try:
         for i in range(WORKERS):
             start(f"worker-{i + 1}", _worker, plan)
-        start("producer-1", _producer, first, 3, plan)
-        start("producer-2", _producer, second, 1, plan)
+        start("producer-1", _producer, first, 2, 2 * plan.pause)
+        start("producer-2", _producer, second, 1, plan.pause)
         producers = [procs["producer-1"], procs["producer-2"]]
         workers = itertools.count(WORKERS + 1)
         with Live(view([]), console=console, auto_refresh=False) as live:
@@ -260,20 +290,19 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
             else:
                 tally["timed out"] = 1
                 console.print(f"[red]demo did not finish within {plan.deadline:g}s[/red]")
-            stop.set()
-            while any(p.is_alive() for p in procs.values()):
-                drain(0.1)  # a child holding queued events cannot exit until they are read
-            drain(0.1)
+            stopping.close()
+            drain(30)  # until every process has finished its job and exited
             live.update(view([client.stats(JOBS), client.stats(DLQ)]), refresh=True)
     finally:
-        stop.set()
+        stopping.close()
         for p in procs.values():
             p.join(5)
             if p.is_alive():
                 p.terminate()
                 p.join()
-        events.close()
-        events.join_thread()
+        for reader in [stop, *readers]:
+            reader.close()
+        _stop_resource_tracker()
 
     jobs = client.stats(JOBS)
     dlq_messages = client.peek(DLQ, 10)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ VERSION_TABLE = "alembic_version"
 #: ``pg_advisory_xact_lock`` key serialising installs and upgrades: the bytes of "queue_pg".
 MIGRATION_LOCK_KEY = int.from_bytes(b"queue_pg", "big")
 _CHECKSUM_PREFIX = "queue_pg api sha256:"
+#: Alembic keeps the running migration in module globals (``alembic.context``, ``alembic.op``),
+#: so two upgrades in one process must not overlap; the advisory lock serialises processes.
+_ALEMBIC_LOCK = threading.Lock()
 
 Target = str | psycopg.Connection[Any] | Engine | SAConnection
 
@@ -128,7 +132,7 @@ def migrate(target: Target, *, reapply_api: bool | None = None) -> MigrationResu
     always; False = never.
     """
     result: dict[str, MigrationResult] = {}
-    with _sa_connection(target) as conn:
+    with _ALEMBIC_LOCK, _sa_connection(target) as conn:
         cfg = alembic_config(connection=conn, reapply_api=reapply_api, result=result)
         command.upgrade(cfg, "head")
     return result["result"]

@@ -60,7 +60,7 @@ LANGUAGE sql STABLE AS $$ SELECT queue_pg._channel((queue_pg._queue(queue)).id) 
 -- Counters that must survive the rollback of the statement that counts them (a refused receipt
 -- raises, and the refusal must still be counted): sequences are not transactional.
 CREATE OR REPLACE FUNCTION queue_pg._counter(kind text, queue_id integer) RETURNS regclass
-LANGUAGE sql IMMUTABLE AS $$ SELECT format('queue_pg.%s_%s', kind, queue_id)::regclass $$;
+LANGUAGE sql STABLE AS $$ SELECT format('queue_pg.%s_%s', kind, queue_id)::regclass $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._count(kind text, queue_id integer, n bigint DEFAULT 1)
 RETURNS void LANGUAGE sql AS $$
@@ -76,13 +76,14 @@ $$;
 -- secret, 64 bits) makes a forged or altered receipt detectable without looking the message up.
 CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT left(encode(sha256(key || convert_to(queue_id || '.' || id || '.' || lease_no, 'UTF8') || key),
-                       'hex'), 16)
+    SELECT left(encode(sha256(key || textsend(queue_id::text || '.' || id::text || '.' || lease_no::text)
+                              || key), 'hex'), 16)
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._receipt(queue_id integer, id bigint, lease_no integer, key bytea)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT queue_id || '.' || id || '.' || lease_no || '.' || queue_pg._mac(queue_id, id, lease_no, key)
+    SELECT queue_id::text || '.' || id::text || '.' || lease_no::text || '.'
+           || queue_pg._mac(queue_id, id, lease_no, key)
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._key() RETURNS bytea

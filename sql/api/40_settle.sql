@@ -75,10 +75,12 @@ DECLARE
     n timestamptz := queue_pg.now();
     cnt integer := coalesce(cardinality(receipts), 0);
     dup text;
+    ids bigint[];
+    leases integer[];
     m queue_pg.messages;
     done bigint[] := '{}';
     freed integer := 0;
-    stale integer;
+    why text[];
 BEGIN
     PERFORM queue_pg._check('len(receipts)', cnt, 1, 1000, 'receipts');
     SELECT x INTO dup FROM unnest(receipts) x GROUP BY x HAVING count(*) > 1 LIMIT 1;
@@ -87,9 +89,12 @@ BEGIN
             MESSAGE = format('receipts has duplicate entry %s: allowed distinct receipts only',
                              coalesce(quote_literal(dup), 'NULL'));
     END IF;
+    SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
+    FROM unnest(receipts) WITH ORDINALITY u(r, i)
+    CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p;
     FOR m IN
         DELETE FROM queue_pg.messages t
-        USING (SELECT (queue_pg._parse_receipt(q.id, x, key)).* FROM unnest(receipts) x) p
+        USING unnest(ids, leases) p(id, lease_no)
         WHERE t.id = p.id AND t.queue_id = q.id AND t.lease_no = p.lease_no
           AND (t.expires_at IS NULL OR t.expires_at > n)
         RETURNING t.*
@@ -101,24 +106,15 @@ BEGIN
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
     END IF;
+    -- why each entry that deleted nothing deleted nothing (only failures are looked at)
+    SELECT array_agg(CASE WHEN ids[i] = ANY (done) THEN NULL
+                          ELSE queue_pg._diagnose(q, receipts[i], ids[i], leases[i]) END ORDER BY i)
+    INTO why FROM generate_series(1, cnt) i;
+    PERFORM queue_pg._count('stale_receipts', q.id, count(*))
+    FROM unnest(why) w WHERE w = 'StaleReceipt' HAVING count(*) > 0;
     RETURN QUERY
-    SELECT x.r, x.ok, CASE WHEN x.ok THEN NULL ELSE nullif(x.why, 'gone') END
-    FROM (
-        SELECT u.r, u.i, p.id = ANY (done) AND p.id IS NOT NULL AS ok,
-               CASE WHEN p.id = ANY (done) THEN NULL
-                    ELSE queue_pg._diagnose(q, u.r, p.id, p.lease_no) END AS why
-        FROM unnest(receipts) WITH ORDINALITY u(r, i)
-        CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p
-    ) x
-    ORDER BY x.i;
-    -- count the stale refusals (a batch does not raise, but they are still refusals)
-    SELECT count(*) INTO stale
-    FROM unnest(receipts) u(r)
-    CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p
-    WHERE NOT (p.id = ANY (done)) AND queue_pg._diagnose(q, u.r, p.id, p.lease_no) = 'StaleReceipt';
-    IF stale > 0 THEN
-        PERFORM queue_pg._count('stale_receipts', q.id, stale);
-    END IF;
+    SELECT receipts[i], why[i] IS NULL, nullif(why[i], 'gone')
+    FROM generate_series(1, cnt) i ORDER BY i;
 END $$;
 
 -- The shared body of change_visibility and update_message: new lease end counted from now,

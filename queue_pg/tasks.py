@@ -1,0 +1,260 @@
+"""Tasks: functions run by a worker, enqueued as messages that name them.
+
+``@queue_pg.task(queue="emails")`` turns a function into a :class:`Task`;
+``send_welcome.enqueue(42, conn=conn)`` sends ``{"task": name, "args": [42], "kwargs": {}}``
+with attribute ``type`` = name (so the history records it), inside the caller's transaction when
+``conn`` is given. A worker given a :class:`Registry` dispatches each message to its task; a
+message naming no known task, or arguments that do not fit, is rejected, not retried.
+
+The envelope's ``state`` and ``error`` keys belong to the worker: the last checkpoint and the
+last failure (type, message, traceback), so a dead-lettered message shows why it failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from queue_pg.types import Seconds, seconds
+from queue_pg.worker import ERROR_KEY, STATE_KEY, Backoff, Reject, _JobBase
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from queue_pg.client import Client
+
+__all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
+
+TASK_KEY = "task"
+ARGS_KEY = "args"
+KWARGS_KEY = "kwargs"
+
+
+class Task:
+    """A function registered under ``name``, run by workers of ``queue``.
+
+    ``retries``: failed attempts retried before the message is rejected (None: until the
+    queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt may run before
+    the job is cancelled (cooperatively in threads: ``job.cancelled``; for real in asyncio).
+    ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
+    state, cancellation) as its first argument. Calling the task runs the function here.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        queue: str,
+        name: str | None = None,
+        retries: int | None = None,
+        timeout: Seconds | None = None,
+        backoff: Backoff | None = None,
+        bind: bool = False,
+        registry: Registry | None = None,
+    ) -> None:
+        if retries is not None and retries < 0:
+            raise ValueError(f"retries = {retries}: need >= 0")
+        self.func = func
+        self.queue = queue
+        self.name = name or f"{func.__module__}.{func.__qualname__}"
+        self.retries = retries
+        self.timeout = None if timeout is None else seconds(timeout)
+        self.backoff = backoff
+        self.bind = bind
+        self.registry = registry if registry is not None else _default_registry()
+        self.signature = inspect.signature(func)
+        functools.update_wrapper(self, func)
+        self.registry.register(self)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    # --- enqueueing -------------------------------------------------------------------------------
+
+    def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """TypeError unless the arguments fit the function (the job comes first with bind)."""
+        if self.bind:
+            self.signature.bind(None, *args, **kwargs)
+        else:
+            self.signature.bind(*args, **kwargs)
+
+    def envelope(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        self.check_args(args, kwargs)
+        return {TASK_KEY: self.name, ARGS_KEY: list(args), KWARGS_KEY: dict(kwargs)}
+
+    def send(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: Seconds | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        client: Client | None = None,
+    ) -> int:
+        """Enqueue one run; returns the message id. With ``conn`` the message is part of the
+        caller's transaction. Arguments must be JSON and fit the function (else TypeError now,
+        not in the worker)."""
+        body = self.envelope(args, kwargs or {})
+        attributes = {"type": self.name}
+        if client is None and conn is not None and self.registry.client is None:
+            return _send_on(conn, self.queue, body, delay, attributes)
+        c = client or self.registry.default_client()
+        return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
+
+    def enqueue(
+        self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any
+    ) -> int:
+        """Enqueue ``func(*args, **kwargs)`` (``conn``: in the caller's transaction)."""
+        return self.send(args, kwargs, conn=conn)
+
+    def enqueue_in(
+        self, delay: Seconds, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any
+    ) -> int:
+        """Enqueue to run no sooner than ``delay`` seconds from now."""
+        return self.send(args, kwargs, delay=delay, conn=conn)
+
+    # --- running (called by the workers) ----------------------------------------------------------
+
+    def run_sync(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        head = (job,) if self.bind else ()
+        result = self.func(*head, *args, **kwargs)
+        if inspect.isawaitable(result):  # an async task on the threaded worker
+            return asyncio.run(_await(result))
+        return result
+
+    async def run_async(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        head = (job,) if self.bind else ()
+        if inspect.iscoroutinefunction(self.func):
+            return await self.func(*head, *args, **kwargs)
+        return await asyncio.to_thread(self.func, *head, *args, **kwargs)
+
+
+async def _await(result: Any) -> Any:
+    return await result
+
+
+def _send_on(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    body: Any,
+    delay: Seconds | None,
+    attributes: Mapping[str, Any],
+) -> int:
+    """Send on the caller's connection without a Client (none configured): the same statement
+    Client.send runs there."""
+    from queue_pg import _ops
+    from queue_pg.client import _execute
+    from queue_pg.errors import translating
+
+    with translating():
+        return _execute(conn, _ops.send(queue, body, delay, None, attributes))
+
+
+class Registry:
+    """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task] = {}
+        self.client: Client | None = None
+        self._lock = threading.Lock()
+
+    def register(self, task: Task) -> None:
+        old = self.tasks.get(task.name)
+        if old is not None and old.func is not task.func:
+            # the same function imported twice (as __main__ and by name) is no conflict
+            same = getattr(old.func, "__code__", None) is getattr(task.func, "__code__", 0)
+            if not same:
+                raise ValueError(f"task name {task.name!r} is already registered by {old.func!r}")
+        self.tasks[task.name] = task
+
+    def queues(self) -> list[str]:
+        """The queues of the registered tasks, sorted."""
+        return sorted({t.queue for t in self.tasks.values()})
+
+    def set_client(self, client: Client | None) -> None:
+        self.client = client
+
+    def default_client(self) -> Client:
+        """The configured client, else one from ``queue_pg.connect()`` (made once)."""
+        with self._lock:
+            if self.client is None:
+                from queue_pg import connect
+
+                self.client = connect()
+            return self.client
+
+    def resolve(self, body: Any) -> tuple[Task, list[Any], dict[str, Any]]:
+        """The task and arguments a message asks for; Reject when it cannot run, ever."""
+        if not isinstance(body, dict) or not isinstance(body.get(TASK_KEY), str):
+            raise Reject(f"not a task message: the body has no {TASK_KEY!r} name")
+        name = body[TASK_KEY]
+        task = self.tasks.get(name)
+        if task is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise Reject(f"unknown task {name!r}: this worker knows {known}")
+        args = body.get(ARGS_KEY, [])
+        kwargs = body.get(KWARGS_KEY, {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise Reject(f"task {name!r}: {ARGS_KEY!r} must be a list and {KWARGS_KEY!r} an object")
+        try:
+            task.check_args(args, kwargs)
+        except TypeError as exc:
+            raise Reject(f"task {name!r}: arguments do not fit {name}{task.signature}: {exc}"
+                         ) from exc
+        return task, args, kwargs
+
+
+#: The registry ``@task`` registers into unless given another.
+registry = Registry()
+
+
+def _default_registry() -> Registry:
+    return registry
+
+
+def set_client(client: Client | None) -> None:
+    """The client tasks of the default registry enqueue with."""
+    registry.set_client(client)
+
+
+@overload
+def task(func: Callable[..., Any], /) -> Task: ...
+@overload
+def task(
+    *,
+    queue: str = ...,
+    name: str | None = ...,
+    retries: int | None = ...,
+    timeout: Seconds | None = ...,
+    backoff: Backoff | None = ...,
+    bind: bool = ...,
+    registry: Registry | None = ...,
+) -> Callable[[Callable[..., Any]], Task]: ...
+
+
+def task(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    queue: str = "default",
+    name: str | None = None,
+    retries: int | None = None,
+    timeout: Seconds | None = None,
+    backoff: Backoff | None = None,
+    bind: bool = False,
+    registry: Registry | None = None,
+) -> Task | Callable[[Callable[..., Any]], Task]:
+    """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task."""
+
+    def wrap(f: Callable[..., Any]) -> Task:
+        return Task(f, queue=queue, name=name, retries=retries, timeout=timeout,
+                    backoff=backoff, bind=bind, registry=registry)
+
+    return wrap(func) if func is not None else wrap

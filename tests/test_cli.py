@@ -1,0 +1,217 @@
+"""The ``queue-pg`` command line, through click's CliRunner, on the test database."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from psycopg import conninfo
+
+from queue_pg import cli
+from queue_pg.client import Client
+
+
+def run(dsn: str, *args: str, input: str | None = None, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli.main, ["--dsn", dsn, *args], input=input)
+    assert result.exit_code == code, (result.output, result.exception)
+    return result
+
+
+def receive_json(dsn: str, queue: str, *args: str) -> list[dict]:  # type: ignore[type-arg]
+    out = run(dsn, "receive", queue, "--json", *args).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_says_which_database(clean: str) -> None:
+    result = run(clean, "list")
+    assert "(--dsn)" in result.stderr
+    assert "no queues yet" in result.stderr
+
+
+def test_dsn_from_environment(clean: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUEUE_PG_DSN", clean)
+    result = CliRunner().invoke(cli.main, ["list"])
+    assert result.exit_code == 0, result.output
+    assert "(QUEUE_PG_DSN)" in result.stderr
+
+
+def test_migrate_and_sql(clean: str) -> None:
+    assert "up to date" in run(clean, "migrate").stdout
+    script = CliRunner().invoke(cli.main, ["sql"]).stdout
+    assert script.startswith("-- queue_pg install script")
+    assert "CREATE OR REPLACE FUNCTION queue_pg.receive" in script
+    assert script.rstrip().endswith("COMMIT;")
+
+
+def test_create_alter_list_drop(clean: str) -> None:
+    run(clean, "create", "dlq")
+    out = run(clean, "create", "jobs", "--visibility-timeout", "90", "--message-ttl", "never",
+              "--delay", "0", "--max-message-size", "2048", "--receive-wait", "2",
+              "--max-lease", "1h", "--dead-letter-queue", "dlq", "--max-receive-count", "5",
+              "--in-flight-limit", "100", "--no-history", "--history-retention", "2h").stdout
+    assert re.search(r"visibility_timeout\s+│ 1m30s", out)
+    assert re.search(r"message_ttl\s+│ never", out)
+    assert re.search(r"history\s+│ off", out)
+
+    out = run(clean, "alter", "jobs", "--message-ttl", "4d", "--clear", "in_flight_limit",
+              "--clear", "dead_letter_queue", "--clear", "max_receive_count", "--history").stdout
+    assert re.search(r"message_ttl\s+│ 4d", out)
+    assert re.search(r"in_flight_limit\s+│ -", out)
+    assert re.search(r"dead_letter_queue\s+│ -", out)
+    out = run(clean, "alter", "jobs", "--message-ttl", "never").stdout
+    assert re.search(r"message_ttl\s+│ never", out)
+
+    listing = run(clean, "list").stdout
+    assert "jobs" in listing and "dlq" in listing and "1m30s" in listing and "2048" in listing
+
+    assert "dropped queue jobs" in run(clean, "drop", "jobs").stdout
+    assert "no queue jobs" in run(clean, "drop", "jobs", "--if-exists").stdout
+    assert "jobs" not in run(clean, "list").stdout
+
+
+def test_send_receive_delete(clean: str) -> None:
+    run(clean, "create", "q")
+    ids = run(clean, "send", "q", '{"n": 1}', "--attr", "type=greeting", "--ttl", "60").stdout
+    assert ids.split() == ["1"] or len(ids.split()) == 1
+    batch = run(clean, "send", "q", "-", input='{"n": 2}\n\n[3]\n"four"\n').stdout
+    assert len(batch.split()) == 3
+
+    table = run(clean, "receive", "q").stdout
+    assert '{"n": 1}' in table and '{"type": "greeting"}' in table
+    got = receive_json(clean, "q", "-n", "5", "--visibility-timeout", "30")
+    assert [m["body"] for m in got] == [{"n": 2}, [3], "four"]
+    assert all(m["receive_count"] == 1 for m in got)
+
+    receipts = [m["receipt"] for m in got]
+    assert "deleted" in run(clean, "delete", "q", receipts[0]).stdout
+    assert "already gone" in run(clean, "delete", "q", receipts[0]).stdout
+    out = run(clean, "delete", "q", *receipts[1:]).stdout
+    assert out.count("deleted") == 2
+
+
+def test_stale_receipt_is_one_red_line(clean: str) -> None:
+    run(clean, "create", "q")
+    run(clean, "send", "q", "1")
+    [first] = receive_json(clean, "q", "--visibility-timeout", "0")
+    [second] = receive_json(clean, "q")
+    assert second["receive_count"] == 2
+    result = run(clean, "delete", "q", first["receipt"], code=1)
+    assert result.stderr.splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in result.output
+    run(clean, "send", "q", "2")
+    [other] = receive_json(clean, "q")
+    result = run(clean, "delete", "q", first["receipt"], other["receipt"], code=1)
+    assert f"refused (StaleReceipt) {first['receipt']}" in result.stderr
+    assert f"deleted {other['receipt']}" in result.stdout
+    assert "error: 1 of 2 receipts refused" in result.stderr
+    with Client(clean) as client:
+        assert client.stats("q").stale_receipts == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("create", "bad name!"),
+        ("create", "q", "--visibility-timeout", "-1"),
+        ("send", "missing", "{}"),
+        ("receive", "missing"),
+        ("delete", "missing", "x"),
+        ("peek", "missing"),
+        ("purge", "missing", "--yes"),
+        ("stats", "missing"),
+        ("redrive", "missing"),
+        ("drop", "missing"),
+        ("alter", "missing", "--delay", "1"),
+    ],
+)
+def test_queue_errors_exit_1_without_traceback(clean: str, args: tuple[str, ...]) -> None:
+    result = run(clean, *args, code=1)
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (("send", "q", "{bad"), None),
+        (("send", "q", "-"), '{"ok": 1}\nnot json\n'),
+        (("send", "q", "1", "--attr", "novalue"), None),
+        (("create", "q", "--message-ttl", "soon"), None),
+    ],
+)
+def test_bad_input_is_a_usage_error(clean: str, args: tuple[str, ...], stdin: str | None) -> None:
+    run(clean, "create", "q")
+    result = run(clean, *args, input=stdin, code=2)
+    assert "Usage:" in result.stderr
+    with Client(clean) as client:
+        assert client.peek("q") == []  # nothing was sent
+
+
+def test_not_migrated_database(server_dsn: str) -> None:
+    name = f"queue_pg_empty_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo.conninfo_to_dict(server_dsn) | {"dbname": name}
+    try:
+        result = run(conninfo.make_conninfo(**params), "list", code=1)  # type: ignore[arg-type]
+        assert "run `queue-pg migrate`" in result.stderr
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as c:
+            c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_peek_purge_sweep_redrive(clean: str) -> None:
+    run(clean, "create", "dlq")
+    run(clean, "create", "q", "--dead-letter-queue", "dlq", "--max-receive-count", "1")
+    run(clean, "send", "q", '{"poison": true}')
+    receive_json(clean, "q", "--visibility-timeout", "0")
+    assert receive_json(clean, "q") == []  # the second receive dead-letters it
+    assert '{"poison": true}' in run(clean, "peek", "dlq").stdout
+    [peeked] = map(json.loads, run(clean, "peek", "dlq", "-n", "5", "--json").stdout.splitlines())
+    assert peeked["receipt"] is None
+
+    assert "moved 1 message out of dlq" in run(clean, "redrive", "dlq", "--to", "q",
+                                              "--limit", "5").stdout
+    assert "no messages" in run(clean, "peek", "dlq").stderr
+
+    assert "swept 0 expired messages" in run(clean, "sweep").stdout
+    run(clean, "purge", "q", input="n\n", code=1)  # declined
+    assert "purged 1 message from q" in run(clean, "purge", "q", input="y\n").stdout
+    assert "purged 0 messages" in run(clean, "purge", "q", "--yes").stdout
+
+
+def test_stats_all_and_watch(clean: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(clean, "create", "a")
+    run(clean, "create", "b")
+    run(clean, "send", "a", "1")
+    out = run(clean, "stats").stdout
+    assert re.search(r"│ a\s+│\s+1 │", out) and re.search(r"│ b\s+│\s+0 │", out)
+
+    ticks = iter([None, None])
+
+    def sleep(_: float) -> None:
+        if next(ticks, KeyboardInterrupt) is KeyboardInterrupt:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_sleep", sleep)
+    out = run(clean, "stats", "--watch", "a").stdout
+    assert "│ a " in out
+
+
+def test_demo_quick(clean: str) -> None:
+    result = run(clean, "demo", "--quick")
+    out = result.stdout
+    counts = {m[1]: int(m[2]) for m in re.finditer(r"^ {2}([a-z -]+?)\s+(\d+)\s", out, re.M)}
+    assert counts["sent"] == counts["deleted"] + counts["dead-lettered"]
+    assert counts["dead-lettered"] == 1
+    assert counts["redelivered"] >= 1
+    assert counts["still queued"] == 0
+    assert "redelivered, receive_count=2" in out
+    assert "heartbeat: lease extended" in out
+    assert "every message accounted for" in out
+    assert "select * from queue_pg.queue_stats;" in out

@@ -1,0 +1,442 @@
+"""The worker runtime against a real server, with real processes and real signals.
+
+Worker processes are ``python -m queue_pg.worker_cli worker_app`` (tasks in tests/worker_app.py,
+which log every start, chunk and finish to the table ``worker_runs``), so what a killed process
+did is still visible. Leases are sub-second to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+import queue_pg
+import worker_app
+from queue_pg.tasks import Registry
+from queue_pg.worker import (
+    MAX_LEASE,
+    AsyncJob,
+    AsyncWorker,
+    Backoff,
+    Job,
+    LeaseLost,
+    Worker,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+Q = worker_app.QUEUE
+T = TypeVar("T")
+
+
+def wait_until(what: str, check: Callable[[], T], timeout: float = 10.0) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pid} still running; log:\n{self.logs()}") from None
+
+
+@dataclass
+class App:
+    """The test database, a client on it, and worker processes started by the test."""
+
+    dsn: str
+    client: queue_pg.Client
+    tmp: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def spawn(self, *options: str, concurrency: int = 1) -> Proc:
+        log = self.tmp / f"worker-{len(self.procs)}.log"
+        env = {**os.environ, "QUEUE_PG_DSN": self.dsn,
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "queue_pg.worker_cli", "worker_app", "--queue", Q,
+                 "--concurrency", str(concurrency), *options],
+                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        proc = Proc(popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def runs(self, event: str | None = None, key: str | None = None) -> list[dict[str, Any]]:
+        with psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row) as c:
+            return c.execute(
+                "SELECT * FROM worker_runs WHERE (%(e)s::text IS NULL OR event = %(e)s)"
+                " AND (%(k)s::text IS NULL OR key = %(k)s) ORDER BY n",
+                {"e": event, "k": key},
+            ).fetchall()
+
+    def history(self) -> list[dict[str, Any]]:
+        with psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row) as c:
+            return c.execute("SELECT * FROM queue_pg.message_history ORDER BY message_id").fetchall()
+
+    def send(self, name: str, *args: Any, **kwargs: Any) -> int:
+        t = worker_app.noop.registry.tasks[name]
+        return t.send(args, kwargs, client=self.client)
+
+
+@pytest.fixture
+def app(client: queue_pg.Client, clean: str, tmp_path: Path) -> Iterator[App]:
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(worker_app.RUNS_DDL)
+        c.execute("TRUNCATE worker_runs")
+    a = App(clean, client, tmp_path)
+    yield a
+    for p in a.procs:
+        if p.popen.poll() is None:
+            p.popen.kill()
+            p.popen.wait(5)
+
+
+# --- crashes, heartbeats, retries -----------------------------------------------------------------
+
+
+def test_sigkill_mid_job_redelivers_to_another_worker_nothing_lost(app: App) -> None:
+    app.client.create_queue(Q, visibility_timeout=0.6)
+    killed = app.spawn(concurrency=2)
+    for k in ("k1", "k2"):
+        app.send("slow", k, 1.0)
+    wait_until("two jobs started", lambda: len(app.runs("start")) == 2)
+    survivor = app.spawn(concurrency=2)
+    killed.signal(signal.SIGKILL)
+    killed.wait(5)
+    for k in ("k3", "k4"):
+        app.send("slow", k, 0.2)
+
+    wait_until("all four done", lambda: len(app.runs("done")) == 4, timeout=15)
+    done = app.runs("done")
+    assert sorted(r["key"] for r in done) == ["k1", "k2", "k3", "k4"]  # each exactly once
+    assert {r["pid"] for r in done} == {survivor.pid}
+    for k in ("k1", "k2"):
+        first, second = app.runs("start", k)
+        assert (first["pid"], first["attempt"]) == (killed.pid, 1)
+        assert (second["pid"], second["attempt"]) == (survivor.pid, 2)
+    stats = app.client.stats(Q)
+    assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 2)
+
+
+def test_job_three_times_longer_than_its_lease_runs_once(app: App) -> None:
+    app.client.create_queue(Q, visibility_timeout=0.4)
+    workers = [app.spawn(), app.spawn()]  # the other one would take a lapsed lease at once
+    app.send("slow", "long", 1.2)
+    wait_until("the job done", lambda: app.runs("done"), timeout=10)
+    time.sleep(0.5)  # a redelivery would have started by now
+    assert [r["event"] for r in app.runs()] == ["start", "done"]
+    stats = app.client.stats(Q)
+    assert (stats.lease_expiries, stats.stale_receipts, stats.visible, stats.in_flight) == (0, 0, 0, 0)
+    assert [h["outcome"] for h in app.history()] == ["deleted"]
+    for w in workers:
+        assert "Traceback" not in w.logs()
+
+
+def test_failing_task_backs_off_then_dead_letters_with_its_error(app: App) -> None:
+    app.client.create_queue("wq-dlq")
+    app.client.create_queue(Q, visibility_timeout=2, dead_letter_queue="wq-dlq", max_receive_count=3)
+    w = app.spawn()
+    mid = app.send("fail", "f1")
+    dead = wait_until("dead-lettered", lambda: app.client.peek("wq-dlq"), timeout=15)
+
+    starts = app.runs("start")
+    assert [r["attempt"] for r in starts] == [1, 2, 3]
+    gaps = [(b["at"] - a["at"]).total_seconds() for a, b in zip(starts, starts[1:])]
+    # task backoff: base 0.2 doubling, half of it random -> at least 0.1 then 0.2
+    assert gaps[0] >= 0.1 and gaps[1] >= 0.2, gaps
+    assert gaps[0] < 2 and gaps[1] < 2, gaps  # made visible by the backoff, not by the lease
+
+    assert dead[0].id == mid
+    error = dead[0].body["error"]
+    assert error["type"] == "builtins.ValueError"
+    assert error["message"] == "boom f1"
+    assert error["attempt"] == 3
+    assert 'raise ValueError(f"boom {key}")' in error["traceback"]
+    assert dead[0].body["task"] == "fail" and dead[0].body["args"] == ["f1"]
+    (h,) = app.history()
+    assert (h["outcome"], h["receive_count"], h["type"]) == ("dead_lettered", 3, "fail")
+    assert "fail (message" in w.logs() and "retry in" in w.logs()
+
+
+def test_checkpointed_job_resumes_after_sigkill(app: App) -> None:
+    app.client.create_queue(Q, visibility_timeout=0.5)
+    a = app.spawn()
+    app.send("chunked", "c", 12, 0.1)
+    wait_until("four chunks done", lambda: len(app.runs("chunk")) >= 4)
+    a.signal(signal.SIGKILL)
+    a.wait(5)
+    before = [r["data"]["chunk"] for r in app.runs("chunk")]
+    assert before == list(range(len(before)))
+
+    b = app.spawn()
+    wait_until("the job done", lambda: app.runs("done"), timeout=15)
+    runs = app.runs()
+    resumed = [r for r in runs if r["pid"] == b.pid]
+    assert resumed[0]["event"] == "resume" and resumed[0]["attempt"] == 2
+    first = resumed[0]["data"]["first"]
+    # from the last checkpoint: the chunk being done when killed is redone at most
+    assert first in (before[-1], before[-1] + 1), (first, before)
+    assert first >= 3  # not from zero
+    after = [r["data"]["chunk"] for r in resumed if r["event"] == "chunk"]
+    assert after == list(range(first, 12))
+    assert app.client.stats(Q).in_flight == 0
+
+
+def test_unknown_task_and_bad_arguments_are_not_retried(app: App) -> None:
+    app.client.create_queue("wq-dlq")
+    app.client.create_queue(Q, visibility_timeout=0.5, dead_letter_queue="wq-dlq", max_receive_count=5)
+    ids = [
+        app.client.send(Q, {"task": "no_such_task", "args": [], "kwargs": {}}),
+        app.client.send(Q, {"task": "noop", "args": ["k", "extra"], "kwargs": {}}),
+        app.client.send(Q, {"task": "noop", "args": [], "kwargs": {"nope": 1}}),
+        app.client.send(Q, {"not": "a task"}),
+    ]
+    w = app.spawn()
+    app.send("noop", "ok")
+    wait_until("all settled", lambda: len(app.history()) == 5)
+    time.sleep(0.7)  # longer than a lease: a retried message would be received again
+    history = {h["message_id"]: h for h in app.history()}
+    for i in ids:
+        assert history[i]["receive_count"] == 1, history[i]
+        assert history[i]["outcome"] in ("deleted", "dead_lettered")
+    assert [r["key"] for r in app.runs()] == ["ok"]
+    log = w.logs()
+    assert "unknown task 'no_such_task'" in log
+    assert log.count("arguments do not fit noop(") == 2
+    assert "not a task message" in log
+    stats = app.client.stats(Q)
+    assert stats.visible + stats.in_flight == 0
+
+
+# --- stopping -------------------------------------------------------------------------------------
+
+
+def test_sigterm_finishes_running_job_and_releases_unstarted(app: App) -> None:
+    """SIGTERM lands while a receive is in progress (held by a lock on the queues table):
+    the job running finishes, the messages that receive returns are released, exit 0."""
+    app.client.create_queue(Q, visibility_timeout=5)
+    w = app.spawn("--grace-period", "10", concurrency=2)
+    app.send("slow", "running", 1.0)
+    wait_until("the job started", lambda: app.runs("start"))
+    with psycopg.connect(app.dsn) as locker:
+        locker.execute("LOCK TABLE queue_pg.queues IN ACCESS EXCLUSIVE MODE")
+        for k in ("u1", "u2", "u3"):  # committed with the lock's release: the receive sees them
+            worker_app.noop.send([k], conn=locker)
+        with psycopg.connect(app.dsn, autocommit=True) as watch:
+            wait_until("the worker's receive blocked", lambda: watch.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%queue_pg._receive%'").fetchone())
+        w.signal(signal.SIGTERM)
+        time.sleep(0.2)
+        signalled = time.monotonic()
+        locker.commit()
+    assert w.wait(10) == 0
+    took = time.monotonic() - signalled
+    assert took < 3, took
+    assert [(r["key"], r["event"]) for r in app.runs()] == [("running", "start"), ("running", "done")]
+    stats = app.client.stats(Q)
+    assert (stats.visible, stats.in_flight) == (3, 0)  # with a 5 s lease: released, not lapsed
+    assert "released 1 received, unstarted message(s)" in w.logs()
+
+
+def test_idle_worker_stops_at_once_and_second_signal_exits_now(app: App) -> None:
+    app.client.create_queue(Q, visibility_timeout=5)
+    idle = app.spawn()
+    busy = app.spawn("--grace-period", "30")
+    wait_until("both ready", lambda: all("threads on" in p.logs() for p in (idle, busy)))
+    t0 = time.monotonic()
+    idle.signal(signal.SIGTERM)
+    assert idle.wait(5) == 0
+    assert time.monotonic() - t0 < 1.5  # the long poll does not hold the stop for `wait`
+
+    app.send("slow", "long", 30)
+    wait_until("the job started", lambda: app.runs("start"))
+    busy.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    busy.signal(signal.SIGTERM)
+    assert busy.wait(5) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 1
+    assert app.client.stats(Q).in_flight == 1  # its lease brings it back
+    assert not app.runs("done")
+
+
+def test_processes_share_the_work_and_stop_on_sigterm(app: App) -> None:
+    app.client.create_queue(Q, visibility_timeout=5)
+    sup = app.spawn("--processes", "2", "--grace-period", "10")
+    for k in ("p1", "p2"):
+        app.send("slow", k, 1.0)
+    starts = wait_until("both jobs started", lambda: len(app.runs("start")) == 2 and app.runs("start"))
+    assert len({r["pid"] for r in starts}) == 2 and sup.pid not in {r["pid"] for r in starts}
+    sup.signal(signal.SIGTERM)
+    assert sup.wait(10) == 0
+    assert sorted(r["key"] for r in app.runs("done")) == ["p1", "p2"]
+    assert app.client.stats(Q).in_flight == 0
+    assert "exited with [0, 0]" in sup.logs()
+
+
+# --- in-process: cancellation, retries cap, asyncio -----------------------------------------------
+
+
+def _run_in_thread(worker: Worker) -> threading.Thread:
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    return t
+
+
+def test_handler_is_told_when_max_lease_stops_the_heartbeat(client: queue_pg.Client) -> None:
+    client.create_queue("cap", visibility_timeout=0.4, max_lease=1)
+    seen: dict[str, Any] = {}
+
+    def handler(job: Job) -> None:
+        t0 = time.monotonic()
+        while not job.cancelled:
+            assert time.monotonic() - t0 < 3, "never cancelled"
+            time.sleep(0.01)
+        seen["after"] = time.monotonic() - t0
+        seen["reason"] = job.cancel_reason
+        worker.stop()  # so that this worker does not take the released message again
+        job.raise_if_cancelled()
+
+    worker = Worker(client, "cap", handler, concurrency=1, wait=0.5)
+    t = _run_in_thread(worker)
+    mid = client.send("cap", {"n": 1})
+    wait_until("cancelled", lambda: "reason" in seen)
+    worker.stop()
+    t.join(5)
+    assert seen["reason"] == MAX_LEASE
+    assert 0.45 < seen["after"] < 1.0  # the beat that would pass 1 s is refused
+    (m,) = client.receive("cap")  # released at once on LeaseLost, not left to lapse
+    assert m.id == mid and m.receive_count == 2
+    assert worker.stats.released == 1
+
+
+def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client) -> None:
+    reg = Registry()
+    calls: list[tuple[str, int, bool]] = []
+
+    @queue_pg.task(queue="t", name="flaky", retries=1, backoff=Backoff(base=0.05), registry=reg,
+                   bind=True)
+    def flaky(job: Job) -> None:
+        calls.append(("flaky", job.receive_count, job.cancelled))
+        raise RuntimeError("nope")
+
+    @queue_pg.task(queue="t", name="sleepy", timeout=0.3, registry=reg, bind=True)
+    def sleepy(job: Job) -> None:
+        while not job.cancelled:
+            time.sleep(0.01)
+        calls.append(("sleepy", job.receive_count, job.cancelled))
+        job.raise_if_cancelled()
+
+    client.create_queue("t", visibility_timeout=5)
+    with pytest.raises(TypeError):
+        flaky.send(["unexpected"], client=client)  # checked when sent, not in the worker
+    flaky.send(client=client)
+    sleepy.send(client=client)
+    worker = Worker(client, "t", reg, concurrency=2, wait=0.5, backoff=Backoff(base=10))
+    t = _run_in_thread(worker)
+    wait_until("flaky rejected, sleepy timed out",
+               lambda: worker.stats.rejected == 1 and worker.stats.retried == 2)
+    worker.stop()
+    t.join(5)
+    assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1, False), ("flaky", 2, False)]
+    assert [c for c in calls if c[0] == "sleepy"] == [("sleepy", 1, True)]
+    with psycopg.connect(client._conninfo(), autocommit=True, row_factory=dict_row) as c:
+        (h,) = c.execute("SELECT * FROM queue_pg.message_history").fetchall()
+    assert (h["type"], h["receive_count"]) == ("flaky", 2)  # retried once, then not again
+    stats = client.stats("t")  # sleepy failed on its timeout: waiting out the worker's backoff
+    assert (stats.visible, stats.in_flight) == (0, 1)
+
+
+async def test_async_worker_runs_heartbeats_and_retries(clean: str) -> None:
+    async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
+        await client.create_queue("aq", visibility_timeout=0.3)
+        done: list[tuple[Any, int]] = []
+
+        async def handler(job: AsyncJob) -> None:
+            if job.body.get("fail") and job.receive_count == 1:
+                raise RuntimeError("first attempt fails")
+            if job.body.get("sleep"):
+                await asyncio.sleep(job.body["sleep"])
+            done.append((job.body["n"], job.receive_count))
+
+        worker = AsyncWorker(client, "aq", handler, concurrency=4, wait=0.5,
+                             backoff=Backoff(base=0.05))
+        run = asyncio.create_task(worker.run())
+        await client.send_batch("aq", [{"n": i} for i in range(5)])
+        await client.send("aq", {"n": "long", "sleep": 1.0})  # 3x its lease
+        await client.send("aq", {"n": "flaky", "fail": True})
+        deadline = time.monotonic() + 10
+        while len(done) < 7:
+            assert time.monotonic() < deadline, done
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(run, 5)
+        assert sorted(str(n) for n, _ in done) == sorted([*map(str, range(5)), "long", "flaky"])
+        assert dict((str(n), c) for n, c in done)["long"] == 1  # never redelivered
+        assert dict((str(n), c) for n, c in done)["flaky"] == 2
+        stats = await client.stats("aq")
+        # flaky's backoff counts as one lease expiry (the engine cannot tell a delayed retry
+        # from a lapsed lease); the long job's lease never lapsed.
+        assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 1)
+
+
+def test_stop_ends_an_idle_long_poll_promptly(client: queue_pg.Client) -> None:
+    """stop() from another thread ends run() within a poll slice, nothing left in flight."""
+    client.create_queue("s", visibility_timeout=5)
+    worker = Worker(client, "s", lambda job: None, wait=20)
+    t = _run_in_thread(worker)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    worker.stop()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - t0 < 1.5
+
+
+def test_checkpoint_after_lease_lost_raises(client: queue_pg.Client) -> None:
+    client.create_queue("c", visibility_timeout=0.2)
+    client.send("c", {"task": "x"})
+    (m,) = client.receive("c")
+    time.sleep(0.25)
+    client.receive("c")  # someone else has it now
+    job = Job(client, m, 0.2)
+    with pytest.raises(LeaseLost):
+        job.checkpoint({"next": 1})
+    assert job.cancelled

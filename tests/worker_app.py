@@ -1,0 +1,74 @@
+"""Tasks for the worker tests: their subprocesses run ``python -m queue_pg.worker_cli worker_app``.
+
+Every task writes what it does to the table ``worker_runs`` of ``$QUEUE_PG_DSN`` (one row per
+event, with the worker's pid and the attempt), so a test can see runs of processes it killed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from queue_pg import task
+from queue_pg.worker import Backoff, Job
+
+QUEUE = "wq"
+
+RUNS_DDL = """
+CREATE TABLE IF NOT EXISTS worker_runs (
+    n bigserial PRIMARY KEY,
+    task text NOT NULL,
+    key text,
+    msg_id bigint,
+    attempt int,
+    pid int NOT NULL,
+    event text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    data jsonb
+)
+"""
+
+
+def record(job: Job, event: str, key: str, **data: Any) -> None:
+    with psycopg.connect(os.environ["QUEUE_PG_DSN"], autocommit=True) as c:
+        c.execute(
+            "INSERT INTO worker_runs (task, key, msg_id, attempt, pid, event, data)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [job.task.name if job.task else None, key, job.id, job.receive_count, os.getpid(),
+             event, Jsonb(data)],
+        )
+
+
+@task(queue=QUEUE, name="noop", bind=True)
+def noop(job: Job, key: str) -> None:
+    record(job, "done", key)
+
+
+@task(queue=QUEUE, name="slow", bind=True)
+def slow(job: Job, key: str, seconds: float) -> None:
+    """Sleeps without checking its lease: only the heartbeat keeps it."""
+    record(job, "start", key)
+    time.sleep(seconds)
+    record(job, "done", key)
+
+
+@task(queue=QUEUE, name="fail", bind=True, backoff=Backoff(base=0.2, cap=5.0, jitter=0.5))
+def fail(job: Job, key: str) -> None:
+    record(job, "start", key)
+    raise ValueError(f"boom {key}")
+
+
+@task(queue=QUEUE, name="chunked", bind=True)
+def chunked(job: Job, key: str, chunks: int, seconds: float) -> None:
+    """Does ``chunks`` steps, saving its progress after each: a redelivery resumes."""
+    first = (job.state or {}).get("next", 0)
+    record(job, "resume", key, first=first)
+    for i in range(first, chunks):
+        record(job, "chunk", key, chunk=i)
+        time.sleep(seconds)
+        job.checkpoint({"next": i + 1})
+    record(job, "done", key)
