@@ -160,6 +160,8 @@ class AsyncClient:
                     resolved, origin = await asyncio.to_thread(resolve_dsn, None)
                     logger.info("queue_pg: using %s (%s)", _safe_dsn(resolved), origin)
                     self._dsn = dsn = resolved
+                # fail now with libpq's message rather than with a silent PoolTimeout later
+                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
                 self._pool = AsyncConnectionPool(
                     dsn,
                     min_size=self._min_size,

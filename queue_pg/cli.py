@@ -62,9 +62,7 @@ def fmt_seconds(value: float | None, none: str = "-") -> str:
     """3600 -> '1h', 90 -> '1m30s', 0.25 -> '0.25s', None -> ``none``."""
     if value is None:
         return none
-    if value < 60:
-        return f"{value:.3g}s"
-    if value != int(value):
+    if value < 60 or value != int(value):
         return f"{value:g}s"
     rest, parts = int(value), []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
@@ -75,7 +73,10 @@ def fmt_seconds(value: float | None, none: str = "-") -> str:
 
 
 def fmt_age(value: float | None) -> str:
-    return fmt_seconds(value if value is None or value < 60 else round(value))
+    """An age: 3.33s, 2m9s."""
+    if value is None or value >= 60:
+        return fmt_seconds(value if value is None else round(value))
+    return f"{value:.3g}s"
 
 
 def fmt_json(value: object) -> str:
@@ -168,7 +169,7 @@ def message_table(messages: Sequence[Message], *, receipts: bool) -> Table:
     if receipts:
         width = max(len(m.receipt or "") for m in messages)
         table.add_column("receipt", no_wrap=True, min_width=width)
-    table.add_column("receives", justify="right")
+    table.add_column("receive count", justify="right")
     table.add_column("enqueued at" if not receipts else "lease until", no_wrap=True)
     table.add_column("attributes", overflow="fold")
     table.add_column("body", overflow="fold")

@@ -152,6 +152,9 @@ class Client:
             logger.info("queue_pg: using %s (%s)", _safe_dsn(source), origin)
         if isinstance(source, str):
             self._dsn = source
+            # One direct connection first: a wrong DSN fails now with libpq's own message,
+            # instead of a pool retrying in the background until a PoolTimeout says nothing.
+            psycopg.connect(source, connect_timeout=10).close()
             self._pool = ConnectionPool(
                 source,
                 min_size=min_size,

@@ -10,9 +10,9 @@ Besides ordinary jobs, four special ones show what leases are for:
 - **poison**: fails every time (released at once with ``change_visibility(receipt, 0)``) until
   the engine moves it to the dead-letter queue after ``max_receive_count`` receives.
 
-Each process reports to the parent through a pipe of its own, and only the parent prints. The
-parent stops them by closing the "stop" pipe. (Pipes rather than a multiprocessing Queue and
-Event: those need semaphores, hence a resource-tracker process that outlives the demo.)
+Each process reports to the parent through a pipe of its own (a send is complete when it
+returns, so a process may die right after; EOF tells the parent it is gone), and only the
+parent prints. The parent stops them all by closing the "stop" pipe.
 """
 
 from __future__ import annotations
@@ -28,17 +28,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queue_pg.client import Client
 from queue_pg.errors import StaleReceipt
 from queue_pg.types import Message, QueueStats
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 JOBS, DLQ = "demo-jobs", "demo-dlq"
 MAX_RECEIVES = 3
 PRODUCERS, WORKERS = 2, 3
 SPECIALS = ("slow", "crash", "poison", "stall")
-
 
 
 @dataclass(frozen=True)
@@ -181,41 +183,53 @@ def _bodies(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counter[str]:
-    """Run the demo on ``dsn``; returns the summary counts (``lost`` and ``timed out`` are
-    0 when all went well)."""
-    from rich.console import Group
-    from rich.live import Live
-    from rich.text import Text
-
-    from queue_pg.cli import message_table, out, safe_dsn, stats_table
+    """Run the demo on ``dsn`` and print its summary; returns the summary counts
+    (``lost`` and ``timed out`` are 0 when all went well)."""
+    from queue_pg.cli import out
     from queue_pg.migrate import migrate
 
     plan = QUICK if quick else FULL
     if messages is not None:
         plan = replace(plan, jobs=messages)
     console = out()
-    result = migrate(dsn)
-    console.print(f"[dim]schema queue_pg at revision {result.after}[/dim]")
+    console.print(f"[dim]schema queue_pg at revision {migrate(dsn).after}[/dim]")
+    with Client(dsn, min_size=1, max_size=2, sweep_interval=None) as client:
+        # Drop and re-create rather than purge: a re-run starts with its counters at zero too.
+        client.drop_queue(JOBS, if_exists=True)  # first: it names demo-dlq as its DLQ
+        client.drop_queue(DLQ, if_exists=True)
+        client.create_queue(DLQ)
+        client.create_queue(JOBS, visibility_timeout=plan.lease, dead_letter_queue=DLQ,
+                            max_receive_count=MAX_RECEIVES)
+        console.print(
+            f"queues [bold]{JOBS}[/bold] (visibility_timeout {plan.lease:g}s, max_receive_count"
+            f" {MAX_RECEIVES}, dead_letter_queue {DLQ}) and [bold]{DLQ}[/bold]; starting"
+            f" {PRODUCERS} producers and {WORKERS} workers"
+        )
+        started = time.monotonic()
+        tally = _run_processes(dsn, client, plan, console, started)
+        return _summary(dsn, client, tally, console, started)
 
-    client = Client(dsn, min_size=1, max_size=2, sweep_interval=None)
-    # Drop and re-create rather than purge, so a re-run starts with its counters at zero too.
-    client.drop_queue(JOBS, if_exists=True)  # first: it names demo-dlq as its dead-letter queue
-    client.drop_queue(DLQ, if_exists=True)
-    client.create_queue(DLQ)
-    client.create_queue(JOBS, visibility_timeout=plan.lease, dead_letter_queue=DLQ,
-                        max_receive_count=MAX_RECEIVES)
-    console.print(
-        f"queues [bold]{JOBS}[/bold] (visibility_timeout {plan.lease:g}s, max_receive_count"
-        f" {MAX_RECEIVES}, dead_letter_queue {DLQ}) and [bold]{DLQ}[/bold]; starting"
-        f" {PRODUCERS} producers and {WORKERS} workers"
-    )
+
+def _run_processes(dsn: str, client: Client, plan: Plan, console: Console,
+                   started: float) -> Counter[str]:
+    """Start the producers and workers, print what they report and the live stats, restart a
+    crashed worker, and stop them all once every message is settled; returns their counts."""
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from queue_pg.cli import stats_table
 
     ctx = mp.get_context("spawn")
     stop, stopping = ctx.Pipe(duplex=False)
     procs: dict[str, SpawnProcess] = {}
     readers: dict[Connection, str] = {}
     tally: Counter[str] = Counter()
-    started = time.monotonic()
+
+    def say(who: str, text: str, style: str = "") -> None:
+        line = Text(f"{time.monotonic() - started:5.1f}s {who:<11}", style="dim")
+        line.append(text, style=style)
+        console.print(line)
 
     def start(who: str, target: Callable[..., None], *args: Any) -> None:
         reader, events = ctx.Pipe(duplex=False)
@@ -226,7 +240,7 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
 
     def drain(timeout: float) -> None:
         """Print and count what the processes report, for ``timeout`` seconds or until every
-        process has exited (closed its pipe)."""
+        process has exited."""
         if not readers:  # nobody left to hear from (not the normal case): just pace the loop
             time.sleep(timeout)
             return
@@ -240,16 +254,10 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
                     del readers[reader]
                     reader.close()
                     continue
-                report(who, kind, payload)
-
-    def report(who: str, kind: str, payload: Any) -> None:
-        if kind == "log":
-            text, style = payload
-            line = Text(f"{time.monotonic() - started:5.1f}s {who:<11}", style="dim")
-            line.append(text, style=style)
-            console.print(line)
-        else:
-            tally[kind] += payload if kind == "sent" else 1
+                if kind == "log":
+                    say(who, *payload)
+                else:
+                    tally[kind] += payload if kind == "sent" else 1
 
     def view(rows: list[QueueStats]) -> Group:
         counts = ", ".join(f"{k} {tally[k]}" for k in ("sent", "deleted", "stale"))
@@ -257,35 +265,32 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
         return Group(stats_table(rows, title="queue_pg.queue_stats"), footer)
 
     first, second = _bodies(plan)
-    total = len(first) + len(second)
+    workers = itertools.count(1)
     try:
-        for i in range(WORKERS):
-            start(f"worker-{i + 1}", _worker, plan)
+        for _ in range(WORKERS):
+            start(f"worker-{next(workers)}", _worker, plan)
         start("producer-1", _producer, first, 2, 2 * plan.pause)
         start("producer-2", _producer, second, 1, plan.pause)
         producers = [procs["producer-1"], procs["producer-2"]]
-        workers = itertools.count(WORKERS + 1)
+        dead_lettered = 0
         with Live(view([]), console=console, auto_refresh=False) as live:
-            dead_lettered = 0
             while time.monotonic() - started < plan.deadline:
                 drain(0.25)
                 for who, p in list(procs.items()):
                     if who.startswith("worker") and p.exitcode not in (None, 0):
                         del procs[who]
                         new = f"worker-{next(workers)}"
-                        console.print(Text(f"{time.monotonic() - started:5.1f}s {who:<11}"
-                                           f"exited ({p.exitcode}); starting {new}", style="red"))
+                        say(who, f"exited ({p.exitcode}); starting {new}", "red")
                         start(new, _worker, plan)
                 jobs, dlq = client.stats(JOBS), client.stats(DLQ)
                 live.update(view([jobs, dlq]), refresh=True)
                 if dlq.visible > dead_lettered:
                     dead_lettered = dlq.visible
                     for m in client.peek(DLQ, 10):
-                        console.print(f"[bold magenta]engine moved job {m.id} ({m.body['kind']})"
-                                      f" to {DLQ} after {m.receive_count} receives[/bold magenta]")
-                producers_done = all(p.exitcode is not None for p in producers)
-                if producers_done and tally["sent"] >= total and (
-                        jobs.visible + jobs.in_flight + jobs.delayed == 0):
+                        say("engine", f"moved job {m.id} ({m.body['kind']}) to {DLQ} after"
+                            f" {m.receive_count} receives", "bold magenta")
+                settled = jobs.visible + jobs.in_flight + jobs.delayed == 0
+                if settled and all(p.exitcode == 0 for p in producers):
                     break
             else:
                 tally["timed out"] = 1
@@ -303,10 +308,14 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
         for reader in [stop, *readers]:
             reader.close()
         _stop_resource_tracker()
+    return tally
+
+
+def _summary(dsn: str, client: Client, tally: Counter[str], console: Console,
+             started: float) -> Counter[str]:
+    from queue_pg.cli import message_table, safe_dsn
 
     jobs = client.stats(JOBS)
-    dlq_messages = client.peek(DLQ, 10)
-    client.close()
     summary = Counter({
         "sent": tally["sent"],
         "deleted": tally["deleted"],
@@ -316,9 +325,10 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
         "still queued": jobs.visible + jobs.in_flight + jobs.delayed,
         "timed out": tally["timed out"],
     })
-    if dlq_messages:
+    dead = client.peek(DLQ, 10)
+    if dead:
         console.print(f"\n[bold]{DLQ}[/bold] (queue-pg peek {DLQ}):")
-        console.print(message_table(dlq_messages, receipts=False))
+        console.print(message_table(dead, receipts=False))
     console.print(f"\n[bold]summary[/bold] after {time.monotonic() - started:.1f}s")
     notes = {
         "sent": f"by {PRODUCERS} producers",
@@ -330,12 +340,12 @@ def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counte
     }
     for key, note in notes.items():
         console.print(f"  {key:<15}{summary[key]:>4}   [dim]{note}[/dim]")
-    lost = summary["sent"] - summary["deleted"] - summary["dead-lettered"] - summary["still queued"]
-    summary["lost"] = lost
-    if lost == 0:
+    summary["lost"] = (summary["sent"] - summary["deleted"] - summary["dead-lettered"]
+                       - summary["still queued"])
+    if summary["lost"] == 0:
         console.print("  [green]every message accounted for: deleted, or dead-lettered[/green]")
     else:
-        console.print(f"  [red]{lost} messages unaccounted for[/red]")
+        console.print(f"  [red]{summary['lost']} messages unaccounted for[/red]")
     console.print(
         "\nlook further:\n"
         f"  psql '{safe_dsn(dsn)}' -c 'select * from queue_pg.queue_stats;'\n"

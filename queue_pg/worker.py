@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import logging
 import os
 import random
@@ -74,6 +75,8 @@ ERROR_KEY = "error"
 POLL_SLICE = 1.0
 #: Pause after an empty short poll (``wait=0``) and after a failed receive (doubling to 30 s).
 IDLE_SLEEP = 0.25
+#: Seconds between status lines of a busy worker (logged only when something changed).
+STATUS_INTERVAL = 60.0
 #: Signals that stop a worker gracefully (a second one: at once).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Longest traceback kept in a message (its tail): a body must stay under max_message_size.
@@ -138,7 +141,7 @@ class Backoff:
 
 @dataclass
 class WorkerStats:
-    """Counters of one worker, for its status line."""
+    """Counters of one worker, for its status line (``add`` is safe from any thread)."""
 
     received: int = 0
     succeeded: int = 0
@@ -146,9 +149,14 @@ class WorkerStats:
     rejected: int = 0
     released: int = 0
     lost: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
 
     def line(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in vars(self).items())
+        return " ".join(f"{k}={v}" for k, v in vars(self).items() if not k.startswith("_"))
 
 
 # --- jobs -----------------------------------------------------------------------------------------
@@ -460,6 +468,8 @@ class Worker:
     ) -> None:
         from queue_pg.tasks import Registry
 
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("an async handler needs AsyncWorker (Worker runs plain functions)")
         self.client = client
         self.settings = _Settings.check(queues, concurrency, batch_size, visibility_timeout,
                                         heartbeat_interval, grace_period, wait, backoff)
@@ -535,7 +545,14 @@ class Worker:
     def _loop(self) -> None:
         turn = 0
         failures = 0
+        status_at, status = monotonic() + STATUS_INTERVAL, self.stats.line()
         while not self._stop_requested:
+            if monotonic() >= status_at:
+                status_at = monotonic() + STATUS_INTERVAL
+                if self.stats.line() != status:
+                    status = self.stats.line()
+                    logger.info("worker: running=%d/%d %s", len(self._running),
+                                self.settings.concurrency, status)
             free = self._free_slots()
             if free == 0:
                 break
@@ -570,7 +587,7 @@ class Worker:
             )
         except OverLimit:  # a short poll on a queue at its in_flight_limit: nothing for now
             return []
-        self.stats.received += len(messages)
+        self.stats.add("received", len(messages))
         return messages
 
     def _sleep(self, duration: float) -> None:
@@ -583,7 +600,7 @@ class Worker:
             assert m.receipt is not None
             try:
                 self.client.change_visibility(m.queue, m.receipt, 0)
-                self.stats.released += 1
+                self.stats.add("released")
             except Exception:
                 logger.warning("worker: could not release message %s; its lease brings it back",
                                m.id, exc_info=True)
@@ -660,29 +677,29 @@ class Worker:
             if action == "delete":
                 if not c.delete(q, r):
                     logger.warning("worker: message %s expired before its delete", job.id)
-                self.stats.succeeded += 1
+                self.stats.add("succeeded")
             elif action == "drop":
-                self.stats.lost += 1
+                self.stats.add("lost")
                 logger.warning("worker: %s ended after its lease was lost (%s); not settled",
                                _describe(job), reason, exc_info=exc)
             elif action == "release":
                 c.change_visibility(q, r, 0)
-                self.stats.released += 1
+                self.stats.add("released")
                 logger.info("worker: %s stopped (%s); message released", _describe(job), reason)
             elif action == "reject":
                 assert exc is not None
                 _log_reject(job, reason)
                 c.delete(q, r)
-                self.stats.rejected += 1
+                self.stats.add("rejected")
             else:
                 assert exc is not None
                 delay = self.settings.backoff_for(job).delay(job.receive_count)
                 logger.warning("worker: %s failed: %s: %s; retry in %.3gs", _describe(job),
                                type(exc).__name__, exc, delay, exc_info=exc)
                 self._retry(job, exc, delay)
-                self.stats.retried += 1
+                self.stats.add("retried")
         except (StaleReceipt, MessageNotFound) as e:
-            self.stats.lost += 1
+            self.stats.add("lost")
             logger.warning("worker: %s: lease lost before it was settled (%s); it runs again"
                            " elsewhere -- is the lease too short?", _describe(job), e)
         except Exception:
@@ -927,7 +944,8 @@ class AsyncWorker:
 
     async def _handle(self, job: AsyncJob) -> None:
         _current.set(job)  # this task's own context
-        beat = asyncio.create_task(self._heartbeat(job))
+        ended = asyncio.Event()
+        beat = asyncio.create_task(self._heartbeat(job, ended))
         exc: BaseException | None = None
         try:
             task, args, kwargs = _resolve_task(self._registry, job)
@@ -945,16 +963,17 @@ class AsyncWorker:
             exc.__cause__ = e
         except Exception as e:
             exc = e
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+        ended.set()  # a beat in progress completes first: the settle below has the last word
+        await beat
         await self._settle(job, exc)
 
-    async def _heartbeat(self, job: AsyncJob) -> None:
+    async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event) -> None:
         interval = self.settings.interval(job.queue)
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), interval)
+            if ended.is_set():
+                return
             try:
                 await self.client.change_visibility(job.queue, job.receipt, job.lease)
             except (StaleReceipt, MessageNotFound) as exc:

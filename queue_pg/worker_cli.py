@@ -22,6 +22,7 @@ from types import FrameType
 import click
 
 from queue_pg.client import Client, _safe_dsn
+from queue_pg.errors import QueueError
 from queue_pg.tasks import Registry, registry
 from queue_pg.worker import Backoff, Worker
 
@@ -91,7 +92,11 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
 
 
 def _child_main(config: WorkerConfig) -> None:
-    run_worker(config, child=True)
+    try:
+        run_worker(config, child=True)
+    except QueueError as exc:  # a missing queue, say: one line, not a traceback per process
+        logger.error("worker: %s", exc)
+        sys.exit(1)
 
 
 class _Supervisor:
@@ -215,7 +220,10 @@ def worker_command(
         processes, concurrency, ", ".join(chosen), len(tasks.tasks), _safe_dsn(resolved), source,
     )
     if processes == 1:
-        run_worker(config)
+        try:
+            run_worker(config)
+        except QueueError as exc:
+            raise click.ClickException(str(exc)) from exc
         return
     sys.exit(_Supervisor(config, processes).run())
 

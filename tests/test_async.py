@@ -64,16 +64,24 @@ async def send_later(dsn: str, queue: str, body: Any, after: float) -> float:
 async def test_queue_admin(aclient: AsyncClient) -> None:
     await aclient.create_queue("dlq")
     cfg = await aclient.create_queue(
-        "jobs", visibility_timeout=timedelta(seconds=10), dead_letter_queue="dlq", max_receive_count=3
+        "jobs",
+        visibility_timeout=timedelta(seconds=10),
+        dead_letter_queue="dlq",
+        max_receive_count=3,
     )
     assert isinstance(cfg, QueueConfig)
     assert (cfg.name, cfg.visibility_timeout, cfg.max_receive_count) == ("jobs", 10.0, 3)
-    assert await aclient.create_queue(
-        "jobs", visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=3
-    ) == cfg
+    assert (
+        await aclient.create_queue(
+            "jobs", visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=3
+        )
+        == cfg
+    )
     with pytest.raises(QueueAlreadyExists):
         await aclient.create_queue("jobs", visibility_timeout=11)
-    cfg = await aclient.alter_queue("jobs", delay=timedelta(milliseconds=500), clear=["message_ttl"])
+    cfg = await aclient.alter_queue(
+        "jobs", delay=timedelta(milliseconds=500), clear=["message_ttl"]
+    )
     assert (cfg.delay, cfg.message_ttl, cfg.visibility_timeout) == (0.5, None, 10.0)
     assert await aclient.get_queue("jobs") == cfg
     assert [q.name for q in await aclient.list_queues()] == ["dlq", "jobs"]
@@ -88,7 +96,9 @@ async def test_queue_admin(aclient: AsyncClient) -> None:
     assert [q.name for q in await aclient.list_queues()] == ["dlq"]
 
 
-async def test_send_receive_delete(aclient: AsyncClient, aconn: psycopg.AsyncConnection[Any]) -> None:
+async def test_send_receive_delete(
+    aclient: AsyncClient, aconn: psycopg.AsyncConnection[Any]
+) -> None:
     await aclient.create_queue("jobs", visibility_timeout=10)
     mid = await aclient.send("jobs", {"n": 1}, attributes={"type": "t"}, ttl=60)
     ids = await aclient.send_batch("jobs", [2, 3], attributes=[None, {"type": "u"}])

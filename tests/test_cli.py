@@ -203,6 +203,7 @@ def test_stats_all_and_watch(clean: str, monkeypatch: pytest.MonkeyPatch) -> Non
     assert "│ a " in out
 
 
+@pytest.mark.slow
 def test_demo_quick(clean: str) -> None:
     result = run(clean, "demo", "--quick")
     out = result.stdout

@@ -59,7 +59,9 @@ def snapshot(conn: psycopg.Connection) -> Snapshot:
 
     def take() -> dict[str, list[Any]]:
         return {
-            table: [r[0] for r in conn.execute(f"SELECT t::text FROM queue_pg.{table} t ORDER BY 1")]
+            table: [
+                r[0] for r in conn.execute(f"SELECT t::text FROM queue_pg.{table} t ORDER BY 1")
+            ]
             for table in ("queues", "messages", "in_flight", "message_history")
         }
 
@@ -84,9 +86,18 @@ def test_create_queue_returns_its_config_with_the_documented_defaults(client: Cl
     cfg = client.create_queue("jobs")
     assert isinstance(cfg, QueueConfig)
     assert (
-        cfg.name, cfg.visibility_timeout, cfg.message_ttl, cfg.delay, cfg.max_message_size,
-        cfg.receive_wait, cfg.max_lease, cfg.dead_letter_queue, cfg.max_receive_count,
-        cfg.in_flight_limit, cfg.history, cfg.history_retention,
+        cfg.name,
+        cfg.visibility_timeout,
+        cfg.message_ttl,
+        cfg.delay,
+        cfg.max_message_size,
+        cfg.receive_wait,
+        cfg.max_lease,
+        cfg.dead_letter_queue,
+        cfg.max_receive_count,
+        cfg.in_flight_limit,
+        cfg.history,
+        cfg.history_retention,
     ) == ("jobs", 30.0, 345600.0, 0.0, 1048576, 0.0, 43200.0, None, None, None, True, 604800.0)
     assert isinstance(cfg.created_at, datetime) and cfg.created_at.tzinfo is not None
     assert client.get_queue("jobs") == cfg
@@ -109,15 +120,32 @@ def test_create_queue_takes_timedelta_settings(client: Client) -> None:
         history_retention=timedelta(hours=2),
     )
     assert (
-        cfg.visibility_timeout, cfg.message_ttl, cfg.delay, cfg.max_message_size,
-        cfg.receive_wait, cfg.max_lease, cfg.dead_letter_queue, cfg.max_receive_count,
-        cfg.in_flight_limit, cfg.history, cfg.history_retention,
+        cfg.visibility_timeout,
+        cfg.message_ttl,
+        cfg.delay,
+        cfg.max_message_size,
+        cfg.receive_wait,
+        cfg.max_lease,
+        cfg.dead_letter_queue,
+        cfg.max_receive_count,
+        cfg.in_flight_limit,
+        cfg.history,
+        cfg.history_retention,
     ) == (120.0, 86400.5, 0.25, 4096, 3.0, 3600.0, "dlq", 5, 100, False, 7200.0)
     # the same settings again (as floats now) are a no-op that returns the existing row
     again = client.create_queue(
-        "jobs", visibility_timeout=120, message_ttl=86400.5, delay=0.25, max_message_size=4096,
-        receive_wait=3, max_lease=3600, dead_letter_queue="dlq", max_receive_count=5,
-        in_flight_limit=100, history=False, history_retention=7200,
+        "jobs",
+        visibility_timeout=120,
+        message_ttl=86400.5,
+        delay=0.25,
+        max_message_size=4096,
+        receive_wait=3,
+        max_lease=3600,
+        dead_letter_queue="dlq",
+        max_receive_count=5,
+        in_flight_limit=100,
+        history=False,
+        history_retention=7200,
     )
     assert again == cfg
 
@@ -157,7 +185,11 @@ def test_unknown_setting_is_a_type_error_before_any_sql(client: Client) -> None:
         ("bad name", {}, "name = 'bad name'"),
         ("", {}, "name"),
         ("x" * 81, {}, "name"),
-        ("jobs", {"visibility_timeout": timedelta(days=7, seconds=1)}, "visibility_timeout = 604801"),
+        (
+            "jobs",
+            {"visibility_timeout": timedelta(days=7, seconds=1)},
+            "visibility_timeout = 604801",
+        ),
         ("jobs", {"visibility_timeout": math.nan}, "visibility_timeout = NaN"),
         ("jobs", {"visibility_timeout": -0.5}, "visibility_timeout"),
         ("jobs", {"message_ttl": 0}, "message_ttl = 0"),
@@ -196,7 +228,9 @@ def test_alter_queue_changes_only_what_it_is_given(client: Client) -> None:
     )
     assert (cfg.visibility_timeout, cfg.receive_wait, cfg.delay) == (45.0, 0.5, 1.0)
     assert cfg.created_at == created.created_at
-    cfg = client.alter_queue("jobs", dead_letter_queue="dlq", max_receive_count=3, in_flight_limit=7)
+    cfg = client.alter_queue(
+        "jobs", dead_letter_queue="dlq", max_receive_count=3, in_flight_limit=7
+    )
     assert (cfg.dead_letter_queue, cfg.max_receive_count, cfg.in_flight_limit) == ("dlq", 3, 7)
     assert client.get_queue("jobs") == cfg
 
@@ -224,8 +258,12 @@ def test_alter_queue_clear_sets_nullable_settings_to_null(client: Client) -> Non
     ],
 )
 def test_bad_alter_queue_changes_nothing(
-    client: Client, snapshot: Snapshot, settings: dict[str, Any], clear: list[str] | None,
-    error: type[QueueError], match: str,
+    client: Client,
+    snapshot: Snapshot,
+    settings: dict[str, Any],
+    clear: list[str] | None,
+    error: type[QueueError],
+    match: str,
 ) -> None:
     client.create_queue("jobs", in_flight_limit=3)
     before = snapshot()
@@ -254,7 +292,9 @@ def test_list_queues_is_sorted_by_name(client: Client) -> None:
     assert all(isinstance(q, QueueConfig) for q in queues)
 
 
-def test_drop_queue_removes_it_and_its_messages_only(client: Client, conn: psycopg.Connection) -> None:
+def test_drop_queue_removes_it_and_its_messages_only(
+    client: Client, conn: psycopg.Connection
+) -> None:
     client.create_queue("jobs")
     client.create_queue("other")
     client.send_batch("jobs", [1, 2])
@@ -348,7 +388,9 @@ def test_send_batch_returns_ids_in_order_with_one_or_many_attributes(client: Cli
         ({"i": i}, {"type": "bulk"}) for i in range(5)
     ]
     assert [(got[i].body, got[i].attributes) for i in per] == [
-        ("a", {"type": "x"}), ("b", None), ("c", {"type": "z"})
+        ("a", {"type": "x"}),
+        ("b", None),
+        ("c", {"type": "z"}),
     ]
 
 
@@ -373,7 +415,11 @@ def test_send_batch_delay_and_ttl(client: Client, conn: psycopg.Connection) -> N
         (lambda c: c.send("jobs", 1, attributes={"type": "\u0000"}), InvalidParameter, "Unicode"),
         (lambda c: c.send("jobs", math.nan), InvalidParameter, "json"),
         (lambda c: c.send("jobs", "x" * 3000), MessageTooLarge, "max_message_size = 2048"),
-        (lambda c: c.send("jobs", 1, attributes=[1, 2]), InvalidParameter, "attributes is a JSON array"),
+        (
+            lambda c: c.send("jobs", 1, attributes=[1, 2]),
+            InvalidParameter,
+            "attributes is a JSON array",
+        ),
         (lambda c: c.send("jobs", 1, ttl=0), InvalidParameter, "ttl = 0"),
         (lambda c: c.send("jobs", 1, ttl=timedelta(days=-1)), InvalidParameter, "ttl = -86400"),
         (lambda c: c.send("jobs", 1, delay=604801), InvalidParameter, "delay = 604801"),
@@ -383,15 +429,26 @@ def test_send_batch_delay_and_ttl(client: Client, conn: psycopg.Connection) -> N
         (lambda c: c.send_batch("jobs", [1] * 10001), InvalidParameter, r"len\(bodies\) = 10001"),
         (lambda c: c.send_batch("jobs", [1, "x" * 3000, 3]), MessageTooLarge, r"body\[1\]"),
         (lambda c: c.send_batch("jobs", [1, "\u0000"]), InvalidParameter, "Unicode"),
-        (lambda c: c.send_batch("jobs", [1, 2], attributes=[{}]), InvalidParameter, r"len\(attributes\) = 1"),
-        (lambda c: c.send_batch("jobs", [1, 2], attributes=[{}, [3]]), InvalidParameter, r"attributes\[1\]"),
+        (
+            lambda c: c.send_batch("jobs", [1, 2], attributes=[{}]),
+            InvalidParameter,
+            r"len\(attributes\) = 1",
+        ),
+        (
+            lambda c: c.send_batch("jobs", [1, 2], attributes=[{}, [3]]),
+            InvalidParameter,
+            r"attributes\[1\]",
+        ),
         (lambda c: c.send_batch("jobs", [1, 2], ttl=-1), InvalidParameter, "ttl = -1"),
         (lambda c: c.send_batch("nope", [1]), QueueNotFound, "'nope'"),
     ],
 )
 def test_bad_sends_raise_their_error_and_change_nothing(
-    client: Client, snapshot: Snapshot, call: Callable[[Client], object],
-    error: type[QueueError], match: str,
+    client: Client,
+    snapshot: Snapshot,
+    call: Callable[[Client], object],
+    error: type[QueueError],
+    match: str,
 ) -> None:
     client.create_queue("jobs", max_message_size=2048)
     client.send("jobs", "already here")
@@ -420,7 +477,11 @@ def test_receive_returns_messages_with_every_field(client: Client) -> None:
     [m] = client.receive("jobs")
     assert isinstance(m, Message)
     assert (m.id, m.queue, m.body, m.attributes, m.receive_count) == (
-        mid, "jobs", {"hello": "world"}, {"type": "greeting"}, 1
+        mid,
+        "jobs",
+        {"hello": "world"},
+        {"type": "greeting"},
+        1,
     )
     assert isinstance(m.receipt, str) and m.receipt.count(".") == 3
     assert m.first_received_at is not None
@@ -527,7 +588,9 @@ def test_stale_receipt_is_refused_counted_and_changes_nothing(
     with pytest.raises(StaleReceipt, match="received again") as err:
         client.delete("jobs", old.receipt, conn=conn)
     assert err.value.sqlstate == "QP005"
-    assert err.value.diag is not None and "visibility_timeout" in (err.value.diag.message_hint or "")
+    assert err.value.diag is not None and "visibility_timeout" in (
+        err.value.diag.message_hint or ""
+    )
     with pytest.raises(StaleReceipt):
         client.change_visibility("jobs", old.receipt, 60, conn=conn)
     with pytest.raises(StaleReceipt):
@@ -550,7 +613,8 @@ def test_a_lapsed_lease_nobody_took_can_still_be_deleted(
 
 
 @pytest.mark.parametrize(
-    "receipt", ["", "nonsense", "1.1.1", "1.1.1.0123456789abcdef", "9" * 200, "1.1.1.zzzzzzzzzzzzzzzz"]
+    "receipt",
+    ["", "nonsense", "1.1.1", "1.1.1.0123456789abcdef", "9" * 200, "1.1.1.zzzzzzzzzzzzzzzz"],
 )
 def test_malformed_or_forged_receipts_raise_invalid_receipt(
     client: Client, snapshot: Snapshot, receipt: str
@@ -698,7 +762,12 @@ def test_update_replaces_body_and_visibility_and_keeps_the_receipt(
     u = client.update("jobs", m.receipt, body={"step": 1}, visibility_timeout=12.5, conn=conn)
     assert isinstance(u, Message)
     assert (u.id, u.queue, u.body, u.attributes, u.receipt, u.receive_count) == (
-        m.id, "jobs", {"step": 1}, {"type": "job"}, m.receipt, 1
+        m.id,
+        "jobs",
+        {"step": 1},
+        {"type": "job"},
+        m.receipt,
+        1,
     )
     assert about(u.visible_until - m.first_received_at, 12.5)
     assert client.peek("jobs") == []
@@ -722,7 +791,11 @@ def test_peek_shows_visible_messages_without_leasing_them(client: Client) -> Non
     client.send("jobs", "later", delay=60)
     [one] = client.peek("jobs")
     assert (one.id, one.body, one.receipt, one.receive_count, one.attributes) == (
-        ids[0], "a", None, 0, {"type": "p"}
+        ids[0],
+        "a",
+        None,
+        0,
+        {"type": "p"},
     )
     assert one.first_received_at is None and one.visible_until >= one.enqueued_at
     assert [m.id for m in client.peek("jobs", n=10)] == ids
@@ -747,7 +820,9 @@ def test_purge_removes_messages_in_every_state(client: Client, conn: psycopg.Con
     stats = client.stats("jobs")
     assert (stats.visible, stats.in_flight, stats.delayed) == (0, 0, 0)
     assert db_messages(conn) == 1
-    assert [r[0] for r in conn.execute("SELECT outcome FROM queue_pg.message_history")] == ["purged"] * 4
+    assert [r[0] for r in conn.execute("SELECT outcome FROM queue_pg.message_history")] == [
+        "purged"
+    ] * 4
     with pytest.raises(QueueNotFound):
         client.purge("nope")
 
@@ -763,7 +838,9 @@ def test_sweep_deletes_expired_messages(client: Client, conn: psycopg.Connection
     assert client.sweep(conn=conn) == 3
     assert client.sweep(conn=conn) == 0
     assert db_messages(conn) == 2
-    rows = conn.execute("SELECT outcome, count(*) FROM queue_pg.message_history GROUP BY 1").fetchall()
+    rows = conn.execute(
+        "SELECT outcome, count(*) FROM queue_pg.message_history GROUP BY 1"
+    ).fetchall()
     assert rows == [("expired", 3)]
 
 
@@ -829,8 +906,16 @@ def test_redrive_moves_dead_letters_back_with_to_and_limit(
 
 def test_error_hierarchy() -> None:
     for cls in (
-        QueueNotFound, QueueAlreadyExists, InvalidParameter, MessageTooLarge, StaleReceipt,
-        InvalidReceipt, LeaseLimitExceeded, OverLimit, MessageNotFound, QueueInUse,
+        QueueNotFound,
+        QueueAlreadyExists,
+        InvalidParameter,
+        MessageTooLarge,
+        StaleReceipt,
+        InvalidReceipt,
+        LeaseLimitExceeded,
+        OverLimit,
+        MessageNotFound,
+        QueueInUse,
     ):
         assert issubclass(cls, QueueError)
         assert getattr(queue_pg, cls.__name__) is cls
@@ -986,7 +1071,9 @@ def test_client_rejects_other_sources() -> None:
 # --- long polling -----------------------------------------------------------------------------
 
 
-def send_later(dsn: str, queue: str, body: Any, after: float) -> tuple[threading.Thread, dict[str, float]]:
+def send_later(
+    dsn: str, queue: str, body: Any, after: float
+) -> tuple[threading.Thread, dict[str, float]]:
     """Send ``body`` from another thread and connection ``after`` seconds from now."""
     times: dict[str, float] = {}
     sender = psycopg.connect(dsn, autocommit=True)
@@ -995,7 +1082,9 @@ def send_later(dsn: str, queue: str, body: Any, after: float) -> tuple[threading
         with sender:
             time.sleep(after)
             times["sent"] = time.monotonic()
-            sender.execute("SELECT queue_pg.send(%s, %s::jsonb)", (queue, psycopg.types.json.Jsonb(body)))
+            sender.execute(
+                "SELECT queue_pg.send(%s, %s::jsonb)", (queue, psycopg.types.json.Jsonb(body))
+            )
             times["committed"] = time.monotonic()
 
     thread = threading.Thread(target=run)
@@ -1116,7 +1205,9 @@ def test_receive_wait_of_the_queue_is_used_when_wait_is_none(client: Client, cle
 
 
 @pytest.mark.parametrize("wait", [25, 20.001, -1, math.nan, math.inf, timedelta(seconds=-0.5)])
-def test_wait_out_of_range_is_invalid_parameter(client: Client, conn: psycopg.Connection, wait: Any) -> None:
+def test_wait_out_of_range_is_invalid_parameter(
+    client: Client, conn: psycopg.Connection, wait: Any
+) -> None:
     client.create_queue("jobs")
     for where in (None, conn):
         start = time.monotonic()

@@ -22,6 +22,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import psycopg
@@ -91,8 +92,13 @@ def consume(client: Client, queue: str, seed: int) -> Tally:
             continue
         for m in got:
             assert m.receipt is not None
-            lease = Lease(m.id, m.receipt, m.receive_count,
-                          m.visible_until - timedelta(seconds=LEASE), m.visible_until)
+            lease = Lease(
+                m.id,
+                m.receipt,
+                m.receive_count,
+                m.visible_until - timedelta(seconds=LEASE),
+                m.visible_until,
+            )
             tally.leases.append(lease)
             roll = rng.random()
             if roll < 0.06:
@@ -135,7 +141,7 @@ def check_history(dsn: str, queue: str, sent: list[int], tallies: list[Tally]) -
         # each receive handed out once, numbered without gaps: no two consumers got one lease
         assert [x.receive_count for x in ls] == list(range(1, len(ls) + 1)), mid
         assert len({x.receipt for x in ls}) == len(ls)
-        for prev, cur in zip(ls, ls[1:]):
+        for prev, cur in pairwise(ls):
             # never two live leases at once: a receive only after the previous lease ended
             assert cur.start >= prev.end, (mid, prev, cur)
         # exactly one successful delete, with the last receipt
@@ -225,7 +231,7 @@ def test_sixteen_threads_racing_for_one_visible_message(clean: str) -> None:
             mid = client.send("race", round_no)
             results: list[Any] = [None] * 16
 
-            def grab(i: int) -> None:
+            def grab(i: int, results: list[Any] = results) -> None:
                 barrier.wait()
                 results[i] = client.receive("race", 10, visibility_timeout=30)
 

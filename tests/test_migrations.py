@@ -176,7 +176,9 @@ def test_the_wheel_ships_sql_and_migrations_and_installs_from_them(
     out = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True, capture_output=True, timeout=300,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     [wheel] = out.glob("queue_pg-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -190,8 +192,20 @@ def test_the_wheel_ships_sql_and_migrations_and_installs_from_them(
     # installed alone (no checkout on the path), it finds its SQL and migrates a database
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     code = (
         "import json, sys, queue_pg, queue_pg._resources as r, queue_pg.migrate as m\n"
@@ -202,8 +216,13 @@ def test_the_wheel_ships_sql_and_migrations_and_installs_from_them(
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     done = subprocess.run(
-        [sys.executable, "-c", code, scratch], cwd=tmp_path, env=env,
-        check=True, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code, scratch],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     info = json.loads(done.stdout)
     for key in ("file", "sql", "migrations"):
@@ -252,7 +271,9 @@ def test_schema_metadata_matches_the_database(dsn: str) -> None:
             for table in schema.metadata.tables.values():
                 pg = table.dialect_options["postgresql"]
                 checks = {c.name for c in table.constraints if isinstance(c, CheckConstraint)}
-                found = {c["name"] for c in insp.get_check_constraints(table.name, schema=schema.SCHEMA)}
+                found = {
+                    c["name"] for c in insp.get_check_constraints(table.name, schema=schema.SCHEMA)
+                }
                 assert found == checks, table.name
                 options = insp.get_table_options(table.name, schema=schema.SCHEMA)
                 assert options.get("postgresql_with", {}) == dict(pg["with"] or {}), table.name
@@ -265,7 +286,9 @@ def test_schema_metadata_matches_the_database(dsn: str) -> None:
             # the comparison is live: drift on the database's side shows up
             conn.execute(text("ALTER TABLE queue_pg.messages ADD COLUMN drift int"))
             conn.execute(text("ALTER TABLE queue_pg.queues ALTER COLUMN delay SET DEFAULT 1"))
-            kinds = sorted(d[0][0] if isinstance(d, list) else d[0] for d in _diff(conn, schema.metadata))
+            kinds = sorted(
+                d[0][0] if isinstance(d, list) else d[0] for d in _diff(conn, schema.metadata)
+            )
             conn.rollback()
             assert kinds == ["modify_default", "remove_column"]
     finally:

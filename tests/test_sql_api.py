@@ -336,3 +336,12 @@ def test_time_offset_moves_only_this_session(sql, conn, clean) -> None:
         assert row is not None and abs(float(row[0])) < 5
     row2 = sql("SELECT extract(epoch FROM queue_pg.now() - clock_timestamp())")
     assert float(row2[0][0]) > 3590
+
+
+def test_delete_batch_with_a_stale_and_the_current_receipt_of_one_message(sql) -> None:
+    sql("SELECT queue_pg.create_queue('jobs')")
+    sql("SELECT queue_pg.send('jobs', '1')")
+    [(old,)] = sql("SELECT receipt FROM queue_pg.receive('jobs', visibility_timeout => 0)")
+    [(cur,)] = sql("SELECT receipt FROM queue_pg.receive('jobs')")
+    rows = sql("SELECT receipt, deleted FROM queue_pg.delete_batch('jobs', %s)", [old, cur])
+    assert rows == [(old, False), (cur, True)]

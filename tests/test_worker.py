@@ -8,6 +8,7 @@ did is still visible. Leases are sub-second to keep the suite fast.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -21,10 +22,10 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+import worker_app
 from psycopg.rows import dict_row
 
 import queue_pg
-import worker_app
 from queue_pg.tasks import Registry
 from queue_pg.worker import (
     MAX_LEASE,
@@ -178,7 +179,7 @@ def test_failing_task_backs_off_then_dead_letters_with_its_error(app: App) -> No
 
     starts = app.runs("start")
     assert [r["attempt"] for r in starts] == [1, 2, 3]
-    gaps = [(b["at"] - a["at"]).total_seconds() for a, b in zip(starts, starts[1:])]
+    gaps = [(b["at"] - a["at"]).total_seconds() for a, b in itertools.pairwise(starts)]
     # task backoff: base 0.2 doubling, half of it random -> at least 0.1 then 0.2
     assert gaps[0] >= 0.1 and gaps[1] >= 0.2, gaps
     assert gaps[0] < 2 and gaps[1] < 2, gaps  # made visible by the backoff, not by the lease
@@ -348,7 +349,7 @@ def test_handler_is_told_when_max_lease_stops_the_heartbeat(client: queue_pg.Cli
     assert worker.stats.released == 1
 
 
-def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client) -> None:
+def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client, clean: str) -> None:
     reg = Registry()
     calls: list[tuple[str, int, bool]] = []
 
@@ -378,7 +379,7 @@ def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client) -
     t.join(5)
     assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1, False), ("flaky", 2, False)]
     assert [c for c in calls if c[0] == "sleepy"] == [("sleepy", 1, True)]
-    with psycopg.connect(client._conninfo(), autocommit=True, row_factory=dict_row) as c:
+    with psycopg.connect(clean, autocommit=True, row_factory=dict_row) as c:
         (h,) = c.execute("SELECT * FROM queue_pg.message_history").fetchall()
     assert (h["type"], h["receive_count"]) == ("flaky", 2)  # retried once, then not again
     stats = client.stats("t")  # sleepy failed on its timeout: waiting out the worker's backoff

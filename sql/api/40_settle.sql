@@ -78,7 +78,7 @@ DECLARE
     ids bigint[];
     leases integer[];
     m queue_pg.messages;
-    done bigint[] := '{}';
+    done text[] := '{}';  -- 'id.lease_no' of each deleted row: a stale twin must not count
     freed integer := 0;
     why text[];
 BEGIN
@@ -100,14 +100,14 @@ BEGIN
         RETURNING t.*
     LOOP
         PERFORM queue_pg._history(q, m, 'deleted', n);
-        done := done || m.id;
+        done := done || (m.id::text || '.' || m.lease_no::text);
         freed := freed + (m.visible_at > n)::int;
     END LOOP;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
     END IF;
     -- why each entry that deleted nothing deleted nothing (only failures are looked at)
-    SELECT array_agg(CASE WHEN ids[i] = ANY (done) THEN NULL
+    SELECT array_agg(CASE WHEN (ids[i]::text || '.' || leases[i]::text) = ANY (done) THEN NULL
                           ELSE queue_pg._diagnose(q, receipts[i], ids[i], leases[i]) END ORDER BY i)
     INTO why FROM generate_series(1, cnt) i;
     PERFORM queue_pg._count('stale_receipts', q.id, count(*))
