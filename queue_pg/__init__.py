@@ -27,6 +27,7 @@ from queue_pg.errors import (
 )
 from queue_pg.tasks import task as task
 from queue_pg.types import DeleteResult, Message, QueueConfig, QueueSettings, QueueStats, Seconds
+from queue_pg.worker import AsyncWorker, Job, LeaseLost, Reject, Worker
 
 try:  # the version lives in pyproject.toml only
     __version__ = _metadata.version("queue-pg")
@@ -35,11 +36,14 @@ except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
 
 __all__ = [
     "AsyncClient",
+    "AsyncWorker",
     "Client",
     "DeleteResult",
     "InvalidParameter",
     "InvalidReceipt",
+    "Job",
     "LeaseLimitExceeded",
+    "LeaseLost",
     "Message",
     "MessageNotFound",
     "MessageTooLarge",
@@ -51,10 +55,13 @@ __all__ = [
     "QueueNotFound",
     "QueueSettings",
     "QueueStats",
+    "Reject",
     "Seconds",
     "StaleReceipt",
+    "Worker",
     "__version__",
     "connect",
+    "task",
 ]
 
 logger = logging.getLogger("queue_pg")

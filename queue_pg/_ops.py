@@ -286,29 +286,46 @@ def delete_batch(queue: str, receipts: Iterable[str]) -> Call[list[DeleteResult]
     )
 
 
-def change_visibility(queue: str, receipt: str, timeout: Seconds) -> Call[datetime]:
+def change_visibility(
+    queue: str, receipt: str, timeout: Seconds, release: bool = False
+) -> Call[datetime]:
     return Call(
         "select queue_pg.change_visibility(%(queue)s, %(receipt)s::text,"
-        " %(timeout)s::float8) as result",
-        {"queue": queue, "receipt": receipt, "timeout": seconds(timeout)},
+        " %(timeout)s::float8, release => %(release)s::boolean) as result",
+        {"queue": queue, "receipt": receipt, "timeout": seconds(timeout), "release": release},
         _datetime,
     )
 
 
 def update(
-    queue: str, receipt: str, body: JSON | None = None, visibility_timeout: Seconds = 0
+    queue: str,
+    receipt: str,
+    body: JSON | None = None,
+    visibility_timeout: Seconds | None = 0,
+    attributes: Mapping[str, JSON] | None = None,
 ) -> Call[Message]:
-    """``body=None`` keeps the body (SQL NULL = unchanged)."""
+    """``body=None`` keeps the body, ``visibility_timeout=None`` the lease (SQL NULL =
+    unchanged); ``attributes`` are merged into the message's."""
     return Call(
         "select * from queue_pg.update_message(%(queue)s, %(receipt)s::text,"
-        " body => %(body)s::jsonb, visibility_timeout => %(visibility_timeout)s::float8)",
+        " body => %(body)s::jsonb, visibility_timeout => %(visibility_timeout)s::float8,"
+        " attributes => %(attributes)s::jsonb)",
         {
             "queue": queue,
             "receipt": receipt,
             "body": _jsonb(body),
-            "visibility_timeout": seconds(visibility_timeout),
+            "visibility_timeout": seconds_or_none(visibility_timeout),
+            "attributes": _jsonb(attributes),
         },
         _one(message),
+    )
+
+
+def dead_letter(queue: str, receipt: str, reason: str | None = None) -> Call[bool]:
+    return Call(
+        "select queue_pg.dead_letter(%(queue)s, %(receipt)s::text, %(reason)s::text) as result",
+        {"queue": queue, "receipt": receipt, "reason": reason},
+        _bool,
     )
 
 

@@ -401,9 +401,15 @@ class AsyncClient:
         return await self._run(_ops.delete_batch(queue, receipts), conn)
 
     async def change_visibility(
-        self, queue: str, receipt: str, timeout: Seconds, *, conn: AsyncConnection | None = None
+        self,
+        queue: str,
+        receipt: str,
+        timeout: Seconds,
+        *,
+        release: bool = False,
+        conn: AsyncConnection | None = None,
     ) -> datetime:
-        return await self._run(_ops.change_visibility(queue, receipt, timeout), conn)
+        return await self._run(_ops.change_visibility(queue, receipt, timeout, release), conn)
 
     async def update(
         self,
@@ -411,10 +417,23 @@ class AsyncClient:
         receipt: str,
         *,
         body: JSON | None = None,
-        visibility_timeout: Seconds = 0,
+        visibility_timeout: Seconds | None = 0,
+        attributes: Mapping[str, JSON] | None = None,
         conn: AsyncConnection | None = None,
     ) -> Message:
-        return await self._run(_ops.update(queue, receipt, body, visibility_timeout), conn)
+        return await self._run(
+            _ops.update(queue, receipt, body, visibility_timeout, attributes), conn
+        )
+
+    async def dead_letter(
+        self,
+        queue: str,
+        receipt: str,
+        reason: str | None = None,
+        *,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        return await self._run(_ops.dead_letter(queue, receipt, reason), conn)
 
     async def peek(
         self, queue: str, n: int = 1, *, conn: AsyncConnection | None = None

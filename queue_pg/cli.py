@@ -594,3 +594,13 @@ def demo(state: State, quick: bool, messages: int | None) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _register_worker() -> None:
+    """`queue-pg worker` lives in its own module (it imports the worker runtime)."""
+    from queue_pg.worker_cli import worker_command
+
+    main.add_command(worker_command)
+
+
+_register_worker()

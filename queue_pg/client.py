@@ -458,11 +458,18 @@ class Client:
         return self._run(_ops.delete_batch(queue, receipts), conn)
 
     def change_visibility(
-        self, queue: str, receipt: str, timeout: Seconds, *, conn: Connection | None = None
+        self,
+        queue: str,
+        receipt: str,
+        timeout: Seconds,
+        *,
+        release: bool = False,
+        conn: Connection | None = None,
     ) -> datetime:
         """Set the lease to end ``timeout`` from now (0 releases it); returns the new
-        visible_until. LeaseLimitExceeded past max_lease from the receive."""
-        return self._run(_ops.change_visibility(queue, receipt, timeout), conn)
+        visible_until. LeaseLimitExceeded past max_lease from the receive. ``release=True``
+        marks a planned retry: its return is not counted as a lease expiry."""
+        return self._run(_ops.change_visibility(queue, receipt, timeout, release), conn)
 
     def update(
         self,
@@ -470,12 +477,23 @@ class Client:
         receipt: str,
         *,
         body: JSON | None = None,
-        visibility_timeout: Seconds = 0,
+        visibility_timeout: Seconds | None = 0,
+        attributes: Mapping[str, JSON] | None = None,
         conn: Connection | None = None,
     ) -> Message:
-        """Azure's Update Message: new visibility timeout and optionally a new body
-        (None keeps it); the receipt stays valid."""
-        return self._run(_ops.update(queue, receipt, body, visibility_timeout), conn)
+        """Azure's Update Message: new visibility timeout (None keeps the lease) and
+        optionally a new body (None keeps it) and attributes merged into the message's;
+        the receipt stays valid."""
+        return self._run(
+            _ops.update(queue, receipt, body, visibility_timeout, attributes), conn
+        )
+
+    def dead_letter(
+        self, queue: str, receipt: str, reason: str | None = None, *, conn: Connection | None = None
+    ) -> bool:
+        """Move the message to the queue's dead-letter queue now (work that can never
+        succeed); ``reason`` goes to its attributes as ``dead_letter_reason``."""
+        return self._run(_ops.dead_letter(queue, receipt, reason), conn)
 
     def peek(self, queue: str, n: int = 1, *, conn: Connection | None = None) -> list[Message]:
         """Visible messages without leasing them (receipt None)."""

@@ -35,7 +35,9 @@ KWARGS_KEY = "kwargs"
 
 
 class Task:
-    """A function registered under ``name``, run by workers of ``queue``.
+    """A function registered under ``name`` (default ``module.qualname``: name it yourself if
+    producers and workers may import it under different module names), run by workers of
+    ``queue``.
 
     ``retries``: failed attempts retried before the message is rejected (None: until the
     queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt may run before

@@ -39,10 +39,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from queue_pg.errors import (
+    InvalidParameter,
     LeaseLimitExceeded,
     MessageNotFound,
     MessageTooLarge,
     OverLimit,
+    QueueNotFound,
     StaleReceipt,
 )
 from queue_pg.types import JSON, Message, Seconds, seconds
@@ -90,6 +92,9 @@ TIMEOUT = "task timeout"
 SHUTDOWN = "worker shutdown"
 
 _HANDED_OVER = (LOST, RELEASED)
+#: Receive errors that retrying cannot fix (a dropped queue, a lease past max_lease): the worker
+#: stops, after letting its running jobs finish, and run() raises them.
+_FATAL = (QueueNotFound, InvalidParameter)
 
 _current: contextvars.ContextVar[_JobBase] = contextvars.ContextVar("queue_pg_job")
 
@@ -518,17 +523,19 @@ class Worker:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self._start_threads()
-            logger.info("worker: %d threads on %s (lease %s, heartbeat every %s)",
-                        self.settings.concurrency, ", ".join(self.queues),
+            logger.info("ready: %s; %d thread(s), lease %s, heartbeat every %s",
+                        ", ".join(self.queues), self.settings.concurrency,
                         _fmt_per_queue(self.settings.leases),
                         _fmt_per_queue({q: self.settings.interval(q) for q in self.queues}))
-            self._loop()
-            self._drain()
+            try:
+                self._loop()
+            finally:  # a configuration error still lets running jobs finish
+                self._drain()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._stop_threads()
-        logger.info("worker stopped: %s", self.stats.line())
+        logger.info("stopped: %s", self.stats.line())
 
     # --- receiving --------------------------------------------------------------------------------
 
@@ -551,7 +558,7 @@ class Worker:
                 status_at = monotonic() + STATUS_INTERVAL
                 if self.stats.line() != status:
                     status = self.stats.line()
-                    logger.info("worker: running=%d/%d %s", len(self._running),
+                    logger.info("running=%d/%d %s", len(self._running),
                                 self.settings.concurrency, status)
             free = self._free_slots()
             if free == 0:
@@ -570,10 +577,12 @@ class Worker:
                     got += len(messages)
                     free -= len(messages)
                 failures = 0
+            except _FATAL:
+                raise
             except Exception:
                 failures += 1
                 pause = min(30.0, IDLE_SLEEP * 2**failures)
-                logger.exception("worker: receive failed; retrying in %.1fs", pause)
+                logger.exception("receive failed; retrying in %.1fs", pause)
                 self._sleep(pause)
                 continue
             turn += 1
@@ -602,10 +611,10 @@ class Worker:
                 self.client.change_visibility(m.queue, m.receipt, 0)
                 self.stats.add("released")
             except Exception:
-                logger.warning("worker: could not release message %s; its lease brings it back",
+                logger.warning("could not release message %s; its lease brings it back",
                                m.id, exc_info=True)
         if messages:
-            logger.info("worker: released %d received, unstarted message(s)", len(messages))
+            logger.info("released %d received, unstarted message(s)", len(messages))
 
     def _start(self, message: Message) -> None:
         job = Job(self.client, message, self.settings.leases[message.queue])
@@ -643,7 +652,7 @@ class Worker:
             try:
                 self._handle(job)
             except BaseException:  # never lose the slot, whatever a handler did
-                logger.exception("worker: internal error handling message %s", job.id)
+                logger.exception("internal error handling message %s", job.id)
             finally:
                 _current.reset(token)
                 with job.lock:
@@ -676,16 +685,16 @@ class Worker:
         try:
             if action == "delete":
                 if not c.delete(q, r):
-                    logger.warning("worker: message %s expired before its delete", job.id)
+                    logger.warning("message %s expired before its delete", job.id)
                 self.stats.add("succeeded")
             elif action == "drop":
                 self.stats.add("lost")
-                logger.warning("worker: %s ended after its lease was lost (%s); not settled",
+                logger.warning("%s ended after its lease was lost (%s); not settled",
                                _describe(job), reason, exc_info=exc)
             elif action == "release":
                 c.change_visibility(q, r, 0)
                 self.stats.add("released")
-                logger.info("worker: %s stopped (%s); message released", _describe(job), reason)
+                logger.info("%s stopped (%s); message released", _describe(job), reason)
             elif action == "reject":
                 assert exc is not None
                 _log_reject(job, reason)
@@ -694,16 +703,16 @@ class Worker:
             else:
                 assert exc is not None
                 delay = self.settings.backoff_for(job).delay(job.receive_count)
-                logger.warning("worker: %s failed: %s: %s; retry in %.3gs", _describe(job),
+                logger.warning("%s failed: %s: %s; retry in %.3gs", _describe(job),
                                type(exc).__name__, exc, delay, exc_info=exc)
                 self._retry(job, exc, delay)
                 self.stats.add("retried")
         except (StaleReceipt, MessageNotFound) as e:
             self.stats.add("lost")
-            logger.warning("worker: %s: lease lost before it was settled (%s); it runs again"
+            logger.warning("%s: lease lost before it was settled (%s); it runs again"
                            " elsewhere -- is the lease too short?", _describe(job), e)
         except Exception:
-            logger.exception("worker: could not settle %s; its lease brings it back",
+            logger.exception("could not settle %s; its lease brings it back",
                              _describe(job))
 
     def _retry(self, job: Job, exc: BaseException, delay: float) -> None:
@@ -715,12 +724,12 @@ class Worker:
                         self.client.update(job.queue, job.receipt, body=body, visibility_timeout=vt)
                         return
                     except MessageTooLarge:
-                        logger.warning("worker: error record too large for message %s", job.id)
+                        logger.warning("error record too large for message %s", job.id)
                         body = None
                 self.client.change_visibility(job.queue, job.receipt, vt)
                 return
             except LeaseLimitExceeded:
-                logger.warning("worker: backoff of %.3gs for message %s passes max_lease;"
+                logger.warning("backoff of %.3gs for message %s passes max_lease;"
                                " retrying it at once", delay, job.id)
         raise AssertionError("unreachable: a visibility of 0 is always within max_lease")
 
@@ -738,7 +747,7 @@ class Worker:
                     job.cancel(TIMEOUT)
                     with job.lock:
                         job.beating = False  # the lease lapses unless the handler stops
-                    logger.warning("worker: %s passed its timeout; cancelled", _describe(job))
+                    logger.warning("%s passed its timeout; cancelled", _describe(job))
                 if not job.beating:
                     continue
                 if now >= job.next_beat:
@@ -765,12 +774,12 @@ class Worker:
                 job.cancel(MAX_LEASE)
                 why = str(exc)
             except Exception:
-                logger.warning("worker: heartbeat of message %s failed; trying again", job.id,
+                logger.warning("heartbeat of message %s failed; trying again", job.id,
                                exc_info=True)
                 job.next_beat = monotonic() + min(interval, 1.0) / 2
                 return
             job.beating = False
-        logger.warning("worker: %s cannot keep its lease: %s", _describe(job), why)
+        logger.warning("%s cannot keep its lease: %s", _describe(job), why)
 
     # --- stopping ---------------------------------------------------------------------------------
 
@@ -780,7 +789,7 @@ class Worker:
         name = signal.Signals(self._stop_signal).name if self._stop_signal else "stop()"
         with self._cond:
             running = len(self._running)
-        logger.info("worker: %s: stopped receiving; waiting up to %.3gs for %d running job(s)",
+        logger.info("%s: stopped receiving; waiting up to %.3gs for %d running job(s)",
                     name, self.settings.grace_period, running)
         deadline = self._stopped_at + self.settings.grace_period
         with self._cond:
@@ -792,7 +801,7 @@ class Worker:
             with job.lock:
                 job.beating = False
         if left:
-            logger.warning("worker: %d job(s) still running after the grace period (%s);"
+            logger.warning("%d job(s) still running after the grace period (%s);"
                            " their leases bring the messages back",
                            len(left), ", ".join(_describe(j) for j in left))
 
@@ -851,7 +860,7 @@ class AsyncWorker:
         if self._stop_requested:
             os.write(2, b"queue_pg worker: second signal, exiting now\n")
             os._exit(128 + signum)
-        logger.info("worker: %s: stopping", signal.Signals(signum).name)
+        logger.info("%s: stopping", signal.Signals(signum).name)
         self.stop()
 
     async def run(self, *, signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
@@ -867,13 +876,17 @@ class AsyncWorker:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self._on_signal, sig)
                     installed.append(sig)
+        logger.info("ready: %s; %d task(s), lease %s", ", ".join(self.settings.queues),
+                    self.settings.concurrency, _fmt_per_queue(self.settings.leases))
         try:
-            await self._loop()
-            await self._drain()
+            try:
+                await self._loop()
+            finally:
+                await self._drain()
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        logger.info("worker stopped: %s", self.stats.line())
+        logger.info("stopped: %s", self.stats.line())
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -905,10 +918,12 @@ class AsyncWorker:
                     got += len(messages)
                     free -= len(messages)
                 failures = 0
+            except _FATAL:
+                raise
             except Exception:
                 failures += 1
                 pause = min(30.0, IDLE_SLEEP * 2**failures)
-                logger.exception("worker: receive failed; retrying in %.1fs", pause)
+                logger.exception("receive failed; retrying in %.1fs", pause)
                 await self._sleep(pause)
                 continue
             turn += 1
@@ -928,7 +943,7 @@ class AsyncWorker:
                 await self.client.change_visibility(m.queue, m.receipt, 0)
                 self.stats.released += 1
             except Exception:
-                logger.warning("worker: could not release message %s", m.id, exc_info=True)
+                logger.warning("could not release message %s", m.id, exc_info=True)
 
     def _start(self, message: Message) -> None:
         job = AsyncJob(self.client, message, self.settings.leases[message.queue])
@@ -978,14 +993,14 @@ class AsyncWorker:
                 await self.client.change_visibility(job.queue, job.receipt, job.lease)
             except (StaleReceipt, MessageNotFound) as exc:
                 job.cancel(LOST)
-                logger.warning("worker: %s lost its lease: %s", _describe(job), exc)
+                logger.warning("%s lost its lease: %s", _describe(job), exc)
                 return
             except LeaseLimitExceeded as exc:
                 job.cancel(MAX_LEASE)
-                logger.warning("worker: %s cannot keep its lease: %s", _describe(job), exc)
+                logger.warning("%s cannot keep its lease: %s", _describe(job), exc)
                 return
             except Exception:
-                logger.warning("worker: heartbeat of message %s failed", job.id, exc_info=True)
+                logger.warning("heartbeat of message %s failed", job.id, exc_info=True)
 
     async def _settle(self, job: AsyncJob, exc: BaseException | None) -> None:
         action, reason = _decide(job, exc)
@@ -996,7 +1011,7 @@ class AsyncWorker:
                 self.stats.succeeded += 1
             elif action == "drop":
                 self.stats.lost += 1
-                logger.warning("worker: %s ended after its lease was lost", _describe(job))
+                logger.warning("%s ended after its lease was lost", _describe(job))
             elif action == "release":
                 await c.change_visibility(q, r, 0)
                 self.stats.released += 1
@@ -1007,7 +1022,7 @@ class AsyncWorker:
             else:
                 assert exc is not None
                 delay = self.settings.backoff_for(job).delay(job.receive_count)
-                logger.warning("worker: %s failed: %s: %s; retry in %.3gs", _describe(job),
+                logger.warning("%s failed: %s: %s; retry in %.3gs", _describe(job),
                                type(exc).__name__, exc, delay, exc_info=exc)
                 body = _error_body(job, exc)
                 try:
@@ -1020,14 +1035,14 @@ class AsyncWorker:
                 self.stats.retried += 1
         except (StaleReceipt, MessageNotFound) as e:
             self.stats.lost += 1
-            logger.warning("worker: %s: lease lost before it was settled (%s)", _describe(job), e)
+            logger.warning("%s: lease lost before it was settled (%s)", _describe(job), e)
         except Exception:
-            logger.exception("worker: could not settle %s", _describe(job))
+            logger.exception("could not settle %s", _describe(job))
 
     async def _drain(self) -> None:
         tasks = list(self._running)
         if tasks:
-            logger.info("worker: waiting up to %.3gs for %d running job(s)",
+            logger.info("waiting up to %.3gs for %d running job(s)",
                         self.settings.grace_period, len(tasks))
             _, pending = await asyncio.wait(tasks, timeout=self.settings.grace_period)
             for t in pending:  # asyncio can cancel: the job releases its message (SHUTDOWN)

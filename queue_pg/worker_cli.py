@@ -63,6 +63,10 @@ def _import(modules: tuple[str, ...]) -> Registry:
     return registry
 
 
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, force=True)
     logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
@@ -95,7 +99,7 @@ def _child_main(config: WorkerConfig) -> None:
     try:
         run_worker(config, child=True)
     except QueueError as exc:  # a missing queue, say: one line, not a traceback per process
-        logger.error("worker: %s", exc)
+        logger.error("%s", exc)
         sys.exit(1)
 
 
@@ -216,8 +220,9 @@ def worker_command(
         backoff_base=backoff_base, backoff_cap=backoff_cap, log_level=log_level,
     )
     logger.info(
-        "queue-pg worker: %d process(es) x %d thread(s) on %s; %d task(s); %s (%s)",
-        processes, concurrency, ", ".join(chosen), len(tasks.tasks), _safe_dsn(resolved), source,
+        "queue-pg worker: %s x %s on %s; %s; %s (%s)",
+        _n(processes, "process", "processes"), _n(concurrency, "thread"), ", ".join(chosen),
+        _n(len(tasks.tasks), "task"), _safe_dsn(resolved), source,
     )
     if processes == 1:
         try:

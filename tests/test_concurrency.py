@@ -266,7 +266,15 @@ def test_in_flight_limit_holds_under_concurrent_receivers(clean: str, client: Cl
                 assert row is not None
                 seen.append(row[0])
 
+    errors: list[BaseException] = []
+
     def work(seed: int) -> None:
+        try:
+            drain(seed)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def drain(seed: int) -> None:
         rng = random.Random(seed)
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:
@@ -292,6 +300,8 @@ def test_in_flight_limit_holds_under_concurrent_receivers(clean: str, client: Cl
         t.join()
     stop.set()
     watcher.join()
+    if errors:
+        raise errors[0]
     assert _remaining(client, "capped") == 0
     assert max(seen) <= limit
     assert max(seen) == limit and over["short"] > 0  # the limit was reached and enforced

@@ -345,3 +345,46 @@ def test_delete_batch_with_a_stale_and_the_current_receipt_of_one_message(sql) -
     [(cur,)] = sql("SELECT receipt FROM queue_pg.receive('jobs')")
     rows = sql("SELECT receipt, deleted FROM queue_pg.delete_batch('jobs', %s)", [old, cur])
     assert rows == [(old, False), (cur, True)]
+
+
+def test_dead_letter_now_with_reason(sql) -> None:
+    sql("SELECT queue_pg.create_queue('dlq')")
+    sql("SELECT queue_pg.create_queue('plain')")
+    sql("SELECT queue_pg.create_queue('jobs', dead_letter_queue => 'dlq', max_receive_count => 5)")
+    [(mid,)] = sql("SELECT queue_pg.send('jobs', '1', attributes => '{\"type\": \"t\"}')")
+    [(r,)] = sql("SELECT receipt FROM queue_pg.receive('jobs')")
+    assert sql("SELECT queue_pg.dead_letter('jobs', %s, 'unknown task')", r) == [(True,)]
+    assert sql("SELECT id, attributes FROM queue_pg.peek('dlq')") == [
+        (mid, {"type": "t", "dead_letter_reason": "unknown task"})
+    ]
+    assert sql("SELECT outcome, lease_expiries FROM queue_pg.message_history") == [("dead_lettered", 0)]
+    assert sql("SELECT queue_pg.dead_letter('jobs', %s)", r) == [(False,)]  # gone from jobs
+    sql("SELECT queue_pg.send('plain', '1')")
+    [(r2,)] = sql("SELECT receipt FROM queue_pg.receive('plain')")
+    with pytest.raises(errors.InvalidParameter, match="no dead_letter_queue"):
+        sql("SELECT queue_pg.dead_letter('plain', %s)", r2)
+
+
+def test_planned_retry_is_not_a_lease_expiry(sql, conn) -> None:
+    sql("SELECT queue_pg.create_queue('jobs', visibility_timeout => 10)")
+    sql("SELECT queue_pg.send_batch('jobs', array['1', '2']::jsonb[])")
+    (r1,), (r2,) = sql("SELECT receipt FROM queue_pg.receive('jobs', 2)")
+    sql("SELECT queue_pg.change_visibility('jobs', %s, 5, release => true)", r1)  # backoff
+    sql("SELECT queue_pg.change_visibility('jobs', %s, 5)", r2)  # a heartbeat, then a crash
+    advance(conn, 6)
+    assert len(sql("SELECT * FROM queue_pg.receive('jobs', 2)")) == 2
+    assert sql("SELECT lease_expiries FROM queue_pg.stats('jobs')") == [(1,)]
+
+
+def test_update_keeps_lease_with_null_timeout_and_merges_attributes(sql, conn) -> None:
+    sql("SELECT queue_pg.create_queue('jobs', visibility_timeout => 10, max_lease => 20)")
+    sql("SELECT queue_pg.send('jobs', '{\"step\": 0}', attributes => '{\"type\": \"t\"}')")
+    [(r, until)] = sql("SELECT receipt, visible_until FROM queue_pg.receive('jobs')")
+    advance(conn, 15)  # a visibility change would pass max_lease from here, a checkpoint does not
+    rows = sql(
+        "SELECT body, attributes, visible_until FROM queue_pg.update_message('jobs', %s, '{\"step\": 1}', NULL, '{\"error\": \"x\"}')",
+        r,
+    )
+    assert rows == [({"step": 1}, {"type": "t", "error": "x"}, until)]
+    with pytest.raises(errors.InvalidParameter, match="attributes is a JSON array"):
+        sql("SELECT queue_pg.update_message('jobs', %s, NULL, NULL, '[1]')", r)

@@ -262,8 +262,8 @@ def test_sigterm_finishes_running_job_and_releases_unstarted(app: App) -> None:
             worker_app.noop.send([k], conn=locker)
         with psycopg.connect(app.dsn, autocommit=True) as watch:
             wait_until("the worker's receive blocked", lambda: watch.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%queue_pg._receive%'").fetchone())
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%queue_pg._receive%'").fetchone())
         w.signal(signal.SIGTERM)
         time.sleep(0.2)
         signalled = time.monotonic()
@@ -281,7 +281,7 @@ def test_idle_worker_stops_at_once_and_second_signal_exits_now(app: App) -> None
     app.client.create_queue(Q, visibility_timeout=5)
     idle = app.spawn()
     busy = app.spawn("--grace-period", "30")
-    wait_until("both ready", lambda: all("threads on" in p.logs() for p in (idle, busy)))
+    wait_until("both ready", lambda: all("ready: wq" in p.logs() for p in (idle, busy)))
     t0 = time.monotonic()
     idle.signal(signal.SIGTERM)
     assert idle.wait(5) == 0
@@ -441,3 +441,49 @@ def test_checkpoint_after_lease_lost_raises(client: queue_pg.Client) -> None:
     with pytest.raises(LeaseLost):
         job.checkpoint({"next": 1})
     assert job.cancelled
+
+
+async def test_async_worker_cancels_jobs_past_the_grace_period_and_releases(clean: str) -> None:
+    async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
+        await client.create_queue("ag", visibility_timeout=5)
+        started = asyncio.Event()
+
+        async def handler(job: AsyncJob) -> None:
+            started.set()
+            await asyncio.sleep(30)
+
+        worker = AsyncWorker(client, "ag", handler, grace_period=0.2, wait=0.5)
+        run = asyncio.create_task(worker.run())
+        mid = await client.send("ag", {"n": 1})
+        await asyncio.wait_for(started.wait(), 5)
+        worker.stop()
+        await asyncio.wait_for(run, 3)
+        (m,) = await client.receive("ag")  # released at once, not after its 5 s lease
+        assert m.id == mid and m.receive_count == 2
+        assert worker.stats.released == 1
+
+
+def test_configuration_errors_stop_the_worker(client: queue_pg.Client) -> None:
+    with pytest.raises(queue_pg.QueueNotFound):
+        Worker(client, "missing", lambda job: None).run()
+    client.create_queue("short", visibility_timeout=1, max_lease=2)
+    worker = Worker(client, "short", lambda job: None, visibility_timeout=5, wait=0.1)
+    with pytest.raises(queue_pg.InvalidParameter, match="max_lease"):
+        worker.run()
+
+
+def test_enqueue_joins_the_callers_transaction(client: queue_pg.Client, clean: str) -> None:
+    client.create_queue(Q)
+    with psycopg.connect(clean) as conn:
+        worker_app.noop.enqueue("rolled back", conn=conn)
+        conn.rollback()
+        mid = worker_app.noop.enqueue("kept", conn=conn)
+        worker_app.noop.enqueue_in(60, "later", conn=conn)
+        assert client.stats(Q).visible == 0  # not committed yet
+        conn.commit()
+    stats = client.stats(Q)
+    assert (stats.visible, stats.delayed) == (1, 1)
+    (m,) = client.receive(Q)
+    assert m.id == mid
+    assert m.body == {"task": "noop", "args": ["kept"], "kwargs": {}}
+    assert m.attributes == {"type": "noop"}

@@ -1,5 +1,33 @@
 -- Receiving: claim visible messages with FOR UPDATE SKIP LOCKED and lease them.
 
+-- Moves messages of q to its dead-letter queue: same id, source recorded, a new lease number so
+-- every old receipt is stale, one history row each, and a NOTIFY for the dead-letter queue.
+CREATE OR REPLACE FUNCTION queue_pg._dead_letter(q queue_pg.queues, ids bigint[], n timestamptz,
+                                                 reason text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    moved queue_pg.messages;
+    cnt integer := 0;
+BEGIN
+    FOR moved IN
+        UPDATE queue_pg.messages t SET
+            queue_id = d.id, source_queue_id = q.id, visible_at = n, lease_no = t.lease_no + 1,
+            lease_expiries = t.lease_expiries + (t.visible_at <= n AND NOT t.released)::int,
+            released = false,
+            attributes = CASE WHEN reason IS NULL THEN t.attributes
+                              ELSE coalesce(t.attributes, '{}') || jsonb_build_object('dead_letter_reason', reason) END
+        FROM queue_pg.queues d
+        WHERE d.name = q.dead_letter_queue AND t.id = ANY (ids)
+        RETURNING t.*
+    LOOP
+        PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
+        cnt := cnt + 1;
+    END LOOP;
+    PERFORM pg_notify(queue_pg._channel(d.id), '') FROM queue_pg.queues d
+    WHERE d.name = q.dead_letter_queue AND cnt > 0;
+    RETURN cnt;
+END $$;
+
 -- One claim attempt. Dead-letters claimed messages that used up their receives (SQS: the receive
 -- after the last allowed one moves the message instead of returning it); returns the rest leased.
 CREATE OR REPLACE FUNCTION queue_pg._claim(q queue_pg.queues, max_messages integer,
@@ -14,7 +42,6 @@ DECLARE
     dead bigint[];
     lapsed integer;
     key bytea;
-    moved queue_pg.messages;
     got integer;
 BEGIN
     IF q.in_flight_limit IS NOT NULL THEN
@@ -59,19 +86,7 @@ BEGIN
             PERFORM queue_pg._count('lease_expiries', q.id, lapsed);
         END IF;
         EXIT WHEN dead IS NULL;
-        -- Same id in the dead-letter queue; a new lease number makes every old receipt stale.
-        FOR moved IN
-            UPDATE queue_pg.messages t SET
-                queue_id = d.id, source_queue_id = q.id, visible_at = n, lease_no = t.lease_no + 1,
-                lease_expiries = t.lease_expiries + (NOT t.released)::int, released = false
-            FROM queue_pg.queues d
-            WHERE d.name = q.dead_letter_queue AND t.id = ANY (dead)
-            RETURNING t.*
-        LOOP
-            PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
-        END LOOP;
-        PERFORM pg_notify(queue_pg._channel(d.id), '') FROM queue_pg.queues d
-        WHERE d.name = q.dead_letter_queue;
+        PERFORM queue_pg._dead_letter(q, dead, n, NULL);
         ids := ARRAY(SELECT unnest(ids) EXCEPT SELECT unnest(dead));
         EXIT WHEN cardinality(ids) > 0;
     END LOOP;

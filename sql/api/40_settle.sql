@@ -118,9 +118,12 @@ BEGIN
 END $$;
 
 -- The shared body of change_visibility and update_message: new lease end counted from now,
--- capped at max_lease after the receive that began the lease.
+-- capped at max_lease after the receive that began the lease. timeout NULL keeps the lease as it
+-- is (a checkpoint of the body); release marks a lease ended on purpose (a planned retry), so its
+-- return is not counted as a lapse.
 CREATE OR REPLACE FUNCTION queue_pg._relet(q queue_pg.queues, receipt text, timeout double precision,
-                                           body jsonb, param text) RETURNS queue_pg.message
+                                           body jsonb, attributes jsonb, release boolean, param text)
+RETURNS queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
@@ -128,11 +131,17 @@ DECLARE
     m queue_pg.messages;
     cap timestamptz;
     was_in boolean;
+    is_in boolean;
     result queue_pg.message;
 BEGIN
-    PERFORM queue_pg._check(param, timeout, 0, 604800);
-    IF body IS NOT NULL THEN
-        PERFORM queue_pg._check_body(q, body, NULL);
+    IF timeout IS NOT NULL OR param = 'timeout' THEN
+        PERFORM queue_pg._check(param, timeout, 0, 604800);
+    END IF;
+    IF release IS NULL THEN
+        PERFORM queue_pg._raise('QP003', 'release = NULL is invalid: allowed true or false');
+    END IF;
+    IF body IS NOT NULL OR attributes IS NOT NULL THEN
+        PERFORM queue_pg._check_body(q, coalesce(body, '{}'), attributes);
     END IF;
     SELECT * INTO m FROM queue_pg.messages t
     WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
@@ -142,7 +151,7 @@ BEGIN
         PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, receipt, r.id, r.lease_no));
     END IF;
     cap := m.last_received_at + queue_pg._seconds(q.max_lease);
-    IF n + queue_pg._seconds(timeout) > cap THEN
+    IF n + queue_pg._seconds(coalesce(timeout, 0)) > cap THEN
         RAISE EXCEPTION USING ERRCODE = 'QP007',
             MESSAGE = format('%s = %s would end the lease at %s, past max_lease = %s seconds after the receive at %s (allowed up to %s seconds from now)',
                              param, queue_pg._fmt(timeout), n + queue_pg._seconds(timeout),
@@ -150,15 +159,18 @@ BEGIN
                              greatest(0, round(extract(epoch FROM cap - n)::numeric, 3)));
     END IF;
     was_in := m.visible_at > n;
+    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 END;
     UPDATE queue_pg.messages t SET
-        visible_at = n + queue_pg._seconds(timeout),
-        released = (timeout = 0),
-        body = coalesce(_relet.body, t.body)
+        visible_at = CASE WHEN timeout IS NULL THEN t.visible_at ELSE n + queue_pg._seconds(timeout) END,
+        released = CASE WHEN timeout IS NULL THEN t.released ELSE timeout = 0 OR release END,
+        body = coalesce(_relet.body, t.body),
+        attributes = CASE WHEN _relet.attributes IS NULL THEN t.attributes
+                          ELSE coalesce(t.attributes, '{}') || _relet.attributes END
     WHERE t.id = m.id
     RETURNING t.id, q.name, t.body, t.attributes, receipt, t.receive_count, t.enqueued_at,
               t.first_received_at, t.visible_at, t.expires_at
     INTO result;
-    IF q.in_flight_limit IS NOT NULL AND was_in <> (timeout > 0) THEN
+    IF q.in_flight_limit IS NOT NULL AND was_in <> is_in THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n + CASE WHEN was_in THEN -1 ELSE 1 END, 0)
         WHERE f.queue_id = q.id;
     END IF;
@@ -169,16 +181,54 @@ BEGIN
 END $$;
 
 -- SQS ChangeMessageVisibility: returns the new lease end; 0 releases the message at once.
-CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, timeout double precision)
+-- release => true: a planned retry (backoff), whose return is not counted as a lease expiry.
+CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, timeout double precision,
+                                                      release boolean DEFAULT false)
 RETURNS timestamptz
 LANGUAGE sql AS $$
-    SELECT (queue_pg._relet(queue_pg._queue(queue), receipt, timeout, NULL, 'timeout')).visible_until
+    SELECT (queue_pg._relet(queue_pg._queue(queue), receipt, timeout, NULL, NULL, release,
+                            'timeout')).visible_until
 $$;
 
 -- Azure Update Message: new visibility and, optionally, new content; the receipt stays valid.
+-- visibility_timeout NULL keeps the lease as it is; attributes are merged into the message's.
 CREATE OR REPLACE FUNCTION queue_pg.update_message(queue text, receipt text, body jsonb DEFAULT NULL,
-                                                   visibility_timeout double precision DEFAULT 0)
+                                                   visibility_timeout double precision DEFAULT 0,
+                                                   attributes jsonb DEFAULT NULL)
 RETURNS queue_pg.message
 LANGUAGE sql AS $$
-    SELECT queue_pg._relet(queue_pg._queue(queue), receipt, visibility_timeout, body, 'visibility_timeout')
+    SELECT queue_pg._relet(queue_pg._queue(queue), receipt, visibility_timeout, body, attributes,
+                           false, 'visibility_timeout')
 $$;
+
+-- Dead-letters a message now, under its current receipt: for work that can never succeed (an
+-- unknown task, arguments that do not fit), so it does not go round until max_receive_count.
+CREATE OR REPLACE FUNCTION queue_pg.dead_letter(queue text, receipt text, reason text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+    r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
+    n timestamptz := queue_pg.now();
+    found_id bigint;
+    why text;
+BEGIN
+    IF q.dead_letter_queue IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('queue = %s is invalid: it has no dead_letter_queue (set one with alter_queue)',
+                             quote_literal(q.name));
+    END IF;
+    SELECT t.id INTO found_id FROM queue_pg.messages t
+    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
+      AND (t.expires_at IS NULL OR t.expires_at > n)
+    FOR UPDATE;
+    IF found_id IS NULL THEN
+        why := queue_pg._diagnose(q, receipt, r.id, r.lease_no);
+        IF why <> 'gone' THEN
+            PERFORM queue_pg._refuse(q, receipt, why);
+        END IF;
+        RETURN false;
+    END IF;
+    PERFORM queue_pg._dead_letter(q, ARRAY[found_id], n, reason);
+    RETURN true;
+END $$;
