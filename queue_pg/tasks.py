@@ -4,10 +4,12 @@
 ``send_welcome.enqueue(42, conn=conn)`` sends ``{"task": name, "args": [42], "kwargs": {}}``
 with attribute ``type`` = name (so the history records it), inside the caller's transaction when
 ``conn`` is given. A worker given a :class:`Registry` dispatches each message to its task; a
-message naming no known task, or arguments that do not fit, is rejected, not retried.
+message naming no known task, or arguments that do not fit, is rejected: not retried but
+dead-lettered at once, the reason in its ``dead_letter_reason`` attribute.
 
-The envelope's ``state`` and ``error`` keys belong to the worker: the last checkpoint and the
-last failure (type, message, traceback), so a dead-lettered message shows why it failed.
+The envelope's ``state`` key belongs to the worker: the last checkpoint. The last failure (type,
+message, traceback, attempt, at, worker) goes to the message's attributes under ``error``, not
+into the envelope, so a dead-lettered message shows why it failed.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ class Task:
     producers and workers may import it under different module names), run by workers of
     ``queue``.
 
-    ``retries``: failed attempts retried before the message is rejected (None: until the
-    queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt may run before
-    the job is cancelled (cooperatively in threads: ``job.cancelled``; for real in asyncio).
-    ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
-    state, cancellation) as its first argument. Calling the task runs the function here.
+    ``retries``: failed attempts retried before the message is rejected, i.e. dead-lettered
+    (None: until the queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt
+    may run before the job is cancelled (cooperatively in threads: ``job.cancelled``; for real
+    in asyncio). ``backoff``: overrides the worker's. ``bind``: the function takes the job
+    (checkpoint, state, cancellation) as its first argument. Calling the task runs the function
+    here.
     """
 
     def __init__(

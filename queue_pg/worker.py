@@ -6,10 +6,13 @@ a consumer has to do by itself with leases (seed 001, item 3):
 - a heartbeat extends the lease while the handler runs (``change_visibility``), and tells the
   handler (``job.cancelled`` / ``job.raise_if_cancelled()``) when it cannot, so the handler stops
   before the lease lapses and another worker starts the same message;
-- a failed message is made visible again after an exponential backoff with jitter, and the engine
-  dead-letters it after the queue's ``max_receive_count``;
-- ``job.checkpoint(state)`` saves progress in the message (``update``), so a redelivery after a
-  crash resumes instead of starting over;
+- a failed message gets its error in its attributes (``update``) and is made visible again after
+  an exponential backoff with jitter (``change_visibility(release=True)``: a planned retry, not a
+  lease expiry); the engine dead-letters it after the queue's ``max_receive_count``;
+- a message that can never succeed (:class:`Reject`: an unknown task, arguments that do not fit,
+  a task's retries used up) is dead-lettered at once with the reason (``dead_letter``);
+- ``job.checkpoint(state)`` saves progress in the message (a body-only ``update`` that leaves the
+  lease alone), so a redelivery after a crash resumes instead of starting over;
 - SIGTERM / SIGINT stop receiving, let running handlers finish within a grace period, and release
   what was received but not started; a second signal exits at once and leases bring the rest back.
 
@@ -42,7 +45,6 @@ from queue_pg.errors import (
     InvalidParameter,
     LeaseLimitExceeded,
     MessageNotFound,
-    MessageTooLarge,
     OverLimit,
     QueueNotFound,
     StaleReceipt,
@@ -68,8 +70,10 @@ __all__ = [
 
 logger = logging.getLogger("queue_pg.worker")
 
-#: Keys of a task envelope that belong to the worker: the last checkpoint and the last error.
+#: Key of a task envelope that belongs to the worker: the last checkpoint.
 STATE_KEY = "state"
+#: Attribute of a message that the worker writes: the record of its last failed attempt (type,
+#: message, traceback, attempt, at, worker), so a dead-lettered message shows why it failed.
 ERROR_KEY = "error"
 
 #: Longest a single receive long-polls. The client cannot be interrupted while it waits on
@@ -81,17 +85,15 @@ IDLE_SLEEP = 0.25
 STATUS_INTERVAL = 60.0
 #: Signals that stop a worker gracefully (a second one: at once).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Longest traceback kept in a message (its tail): a body must stay under max_message_size.
+#: Longest traceback kept in a message's error record (its tail): attributes stay small.
 MAX_TRACEBACK = 4000
 
 # Why a job was cancelled. LOST: someone else may hold the message now, never touch it again.
 LOST = "lease lost"
-RELEASED = "max_lease reached: state saved, message released"
 MAX_LEASE = "max_lease reached"
 TIMEOUT = "task timeout"
 SHUTDOWN = "worker shutdown"
 
-_HANDED_OVER = (LOST, RELEASED)
 #: Receive errors that retrying cannot fix (a dropped queue, a lease past max_lease): the worker
 #: stops, after letting its running jobs finish, and run() raises them.
 _FATAL = (QueueNotFound, InvalidParameter)
@@ -102,14 +104,16 @@ _current: contextvars.ContextVar[_JobBase] = contextvars.ContextVar("queue_pg_jo
 class LeaseLost(Exception):
     """The job can no longer count on its lease: stop now, the message will be delivered again.
 
-    Raised by ``job.raise_if_cancelled()`` and by a checkpoint that was refused. A handler that
-    lets it propagate has its message released (worker shutdown, max_lease) or left alone (the
-    lease went to someone else).
+    Raised by ``job.raise_if_cancelled()``, by a checkpoint that was refused, and by a checkpoint
+    of a cancelled job (after saving). A handler that lets it propagate has its message released
+    (worker shutdown, max_lease) or left alone (the lease went to someone else).
     """
 
 
 class Reject(Exception):
-    """Raised by a handler for a message that can never succeed: it is not retried.
+    """Raised by a handler for a message that can never succeed: it is not retried but
+    dead-lettered at once, the exception's text as ``dead_letter_reason`` (on a queue without a
+    dead-letter queue: deleted, and logged in full).
 
     The worker raises it itself for an unknown task name or arguments that do not fit the task.
     """
@@ -207,9 +211,9 @@ class _JobBase:
             raise LeaseLost(f"message {self.id} of queue {self.queue!r}: {self.cancel_reason}")
 
     def cancel(self, reason: str) -> None:
-        """Ask the handler to stop; the first reason stays, except that LOST and RELEASED win:
-        they mean the worker may no longer touch the message."""
-        if self.cancel_reason not in _HANDED_OVER:
+        """Ask the handler to stop; the first reason stays, except that LOST wins: it means the
+        worker may no longer touch the message."""
+        if self.cancel_reason != LOST:
             self.cancel_reason = reason
 
     def _body_with(self, key: str, value: JSON) -> dict[str, Any]:
@@ -238,28 +242,21 @@ class Job(_JobBase):
         self.deadline: float | None = None
 
     def checkpoint(self, state: JSON) -> None:
-        """Save ``state`` in the message (``update`` under our receipt, lease renewed), so a
-        redelivery resumes from it; :attr:`state` reads it back. LeaseLost if refused.
+        """Save ``state`` in the message, so a redelivery resumes from it; :attr:`state` reads
+        it back. A body-only ``update`` under our receipt: the lease stays as the heartbeat keeps
+        it, so a checkpoint works up to the end of the lease, max_lease included.
 
-        Past max_lease the state is still saved and the message released at once, so a fresh
-        lease continues from it; the handler then gets LeaseLost and must stop.
+        LeaseLost if the update is refused (the lease is someone else's), and, after the state is
+        saved, if the job was cancelled (max_lease, timeout, shutdown): the handler stops there,
+        and the message is released or retried and resumes from this state.
         """
         body = self._body_with(STATE_KEY, state)
         try:
-            self._client.update(self.queue, self.receipt, body=body, visibility_timeout=self.lease)
+            self._client.update(self.queue, self.receipt, body=body, visibility_timeout=None)
         except (StaleReceipt, MessageNotFound) as exc:
             raise self._lost(exc) from exc
-        except LeaseLimitExceeded as exc:
-            with self.lock:
-                self.beating = False
-                try:
-                    self._client.update(self.queue, self.receipt, body=body, visibility_timeout=0)
-                except (StaleReceipt, MessageNotFound) as exc2:
-                    raise self._lost(exc2) from exc2
-            self.body = body
-            self.cancel(RELEASED)  # from now on it is anyone's
-            raise LeaseLost(f"message {self.id}: {exc}; state saved, message released") from exc
         self.body = body
+        self.raise_if_cancelled()
 
 
 class AsyncJob(_JobBase):
@@ -275,20 +272,11 @@ class AsyncJob(_JobBase):
         """Async twin of :meth:`Job.checkpoint`."""
         body = self._body_with(STATE_KEY, state)
         try:
-            await self._client.update(
-                self.queue, self.receipt, body=body, visibility_timeout=self.lease
-            )
+            await self._client.update(self.queue, self.receipt, body=body, visibility_timeout=None)
         except (StaleReceipt, MessageNotFound) as exc:
             raise self._lost(exc) from exc
-        except LeaseLimitExceeded as exc:
-            try:
-                await self._client.update(self.queue, self.receipt, body=body, visibility_timeout=0)
-            except (StaleReceipt, MessageNotFound) as exc2:
-                raise self._lost(exc2) from exc2
-            self.body = body
-            self.cancel(RELEASED)
-            raise LeaseLost(f"message {self.id}: {exc}; state saved, message released") from exc
         self.body = body
+        self.raise_if_cancelled()
 
 
 # --- what to do once a handler ended (shared by both workers) -------------------------------------
@@ -378,12 +366,12 @@ def _decide(job: _JobBase, exc: BaseException | None) -> tuple[str, str]:
     """(action, reason) for a message whose handler ended, raising ``exc`` or not.
 
     delete: it succeeded. drop: the lease is someone else's, leave the message alone.
-    reject: it can never succeed. release: make it visible now (shutdown, max_lease).
-    retry: visible again after a backoff, the error recorded.
+    reject: it can never succeed, dead-letter it now (``reason`` says why). release: make it
+    visible now (shutdown, max_lease). retry: visible again after a backoff, the error recorded.
     """
     if exc is None:
         return "delete", ""
-    if job.cancel_reason in _HANDED_OVER:
+    if job.cancel_reason == LOST:
         return "drop", job.cancel_reason
     if isinstance(exc, Reject):
         return "reject", str(exc)
@@ -396,13 +384,11 @@ def _decide(job: _JobBase, exc: BaseException | None) -> tuple[str, str]:
     return "retry", ""
 
 
-def _error_body(job: _JobBase, exc: BaseException) -> dict[str, Any] | None:
-    """The body with the error recorded (task envelopes only: a raw message's body is the
-    sender's), or None."""
-    if job.task is None or not isinstance(job.body, dict):
-        return None
+def _error_attributes(job: _JobBase, exc: BaseException) -> dict[str, JSON]:
+    """The record of a failed attempt, merged into the message's attributes (raw messages and
+    task envelopes alike; the body stays the sender's) so a dead-lettered message shows why."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    error = {
+    error: dict[str, JSON] = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc)[:1000],
         "traceback": tb[-MAX_TRACEBACK:],
@@ -410,17 +396,26 @@ def _error_body(job: _JobBase, exc: BaseException) -> dict[str, Any] | None:
         "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "worker": f"{socket.gethostname()}:{os.getpid()}",
     }
-    return {**job.body, ERROR_KEY: error}
+    return {ERROR_KEY: error}
 
 
-def _log_reject(job: _JobBase, reason: str) -> None:
-    # GAP: the engine has no "dead-letter now" call (proposed: queue_pg.dead_letter(queue,
-    # receipt, reason)). Until it has, a rejected message is logged in full and deleted, so it
-    # is not retried in a loop; its history row says 'deleted', not 'dead_lettered'.
+def _log_rejected(job: _JobBase, reason: str, moved: bool) -> None:
+    if moved:
+        logger.warning("%s rejected, not retried: %s; dead-lettered", _describe(job), reason)
+    else:
+        logger.warning("%s rejected, not retried: %s; not dead-lettered: the message was"
+                       " gone already (expired)", _describe(job), reason)
+
+
+def _log_deleted_without_dlq(
+    job: _JobBase, reason: str, exc: BaseException, why: Exception
+) -> None:
+    """A rejected message of a queue without a dead-letter queue is deleted (a retry could
+    never succeed): its full content goes to the log, the only place left to find it."""
     logger.error(
-        "message %s of queue %s rejected, not retried: %s -- DELETED (no dead-letter-now call in"
-        " the engine yet); attributes=%s body=%s",
-        job.id, job.queue, reason, job.message.attributes, job.body,
+        "%s rejected, not retried: %s -- DELETED, not dead-lettered: %s; attributes=%s body=%s",
+        _describe(job), reason, why, job.message.attributes, job.body,
+        exc_info=None if isinstance(exc, Reject) else exc,  # a handler's failure: its traceback
     )
 
 
@@ -697,8 +692,7 @@ class Worker:
                 logger.info("%s stopped (%s); message released", _describe(job), reason)
             elif action == "reject":
                 assert exc is not None
-                _log_reject(job, reason)
-                c.delete(q, r)
+                self._reject(job, exc, reason)
                 self.stats.add("rejected")
             else:
                 assert exc is not None
@@ -715,23 +709,29 @@ class Worker:
             logger.exception("could not settle %s; its lease brings it back",
                              _describe(job))
 
+    def _reject(self, job: Job, exc: BaseException, reason: str) -> None:
+        """Dead-letter now, the error recorded; without a dead-letter queue: delete and log."""
+        c, q, r = self.client, job.queue, job.receipt
+        c.update(q, r, attributes=_error_attributes(job, exc), visibility_timeout=None)
+        try:
+            moved = c.dead_letter(q, r, reason)
+        except InvalidParameter as e:  # the queue has no dead_letter_queue
+            c.delete(q, r)
+            _log_deleted_without_dlq(job, reason, exc, e)
+            return
+        _log_rejected(job, reason, moved)
+
     def _retry(self, job: Job, exc: BaseException, delay: float) -> None:
-        body = _error_body(job, exc)
-        for vt in (delay, 0.0):  # past max_lease: no backoff, but still recorded and retried
-            try:
-                if body is not None:
-                    try:
-                        self.client.update(job.queue, job.receipt, body=body, visibility_timeout=vt)
-                        return
-                    except MessageTooLarge:
-                        logger.warning("error record too large for message %s", job.id)
-                        body = None
-                self.client.change_visibility(job.queue, job.receipt, vt)
-                return
-            except LeaseLimitExceeded:
-                logger.warning("backoff of %.3gs for message %s passes max_lease;"
-                               " retrying it at once", delay, job.id)
-        raise AssertionError("unreachable: a visibility of 0 is always within max_lease")
+        """Record the error, then make the message visible after ``delay``: a planned retry
+        (release=True), which the engine does not count as a lease expiry."""
+        c, q, r = self.client, job.queue, job.receipt
+        c.update(q, r, attributes=_error_attributes(job, exc), visibility_timeout=None)
+        try:
+            c.change_visibility(q, r, delay, release=True)
+        except LeaseLimitExceeded:  # past max_lease: no backoff, but still recorded and retried
+            logger.warning("backoff of %.3gs for message %s passes max_lease;"
+                           " retrying it at once", delay, job.id)
+            c.change_visibility(q, r, 0, release=True)
 
     # --- heartbeat --------------------------------------------------------------------------------
 
@@ -1016,22 +1016,30 @@ class AsyncWorker:
                 await c.change_visibility(q, r, 0)
                 self.stats.released += 1
             elif action == "reject":
-                _log_reject(job, reason)
-                await c.delete(q, r)
+                assert exc is not None
+                await c.update(q, r, attributes=_error_attributes(job, exc),
+                               visibility_timeout=None)
+                try:
+                    moved = await c.dead_letter(q, r, reason)
+                except InvalidParameter as e:  # the queue has no dead_letter_queue
+                    await c.delete(q, r)
+                    _log_deleted_without_dlq(job, reason, exc, e)
+                else:
+                    _log_rejected(job, reason, moved)
                 self.stats.rejected += 1
             else:
                 assert exc is not None
                 delay = self.settings.backoff_for(job).delay(job.receive_count)
                 logger.warning("%s failed: %s: %s; retry in %.3gs", _describe(job),
                                type(exc).__name__, exc, delay, exc_info=exc)
-                body = _error_body(job, exc)
-                try:
-                    if body is not None:
-                        await c.update(q, r, body=body, visibility_timeout=delay)
-                    else:
-                        await c.change_visibility(q, r, delay)
-                except (LeaseLimitExceeded, MessageTooLarge):
-                    await c.change_visibility(q, r, 0)
+                await c.update(q, r, attributes=_error_attributes(job, exc),
+                               visibility_timeout=None)
+                try:  # a planned retry (release=True): not counted as a lease expiry
+                    await c.change_visibility(q, r, delay, release=True)
+                except LeaseLimitExceeded:  # past max_lease: no backoff, still retried
+                    logger.warning("backoff of %.3gs for message %s passes max_lease;"
+                                   " retrying it at once", delay, job.id)
+                    await c.change_visibility(q, r, 0, release=True)
                 self.stats.retried += 1
         except (StaleReceipt, MessageNotFound) as e:
             self.stats.lost += 1

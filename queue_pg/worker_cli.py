@@ -3,7 +3,8 @@
 The main CLI registers :data:`worker_command`; ``python -m queue_pg.worker_cli`` runs it alone.
 With ``--processes N`` a supervisor starts N worker processes (multiprocessing, spawn: no
 inherited connections or threads), forwards SIGTERM / SIGINT to them as SIGTERM, and restarts one
-that dies; each process is a :class:`queue_pg.Worker` with ``--concurrency`` threads.
+that dies; each process is a :class:`queue_pg.Worker` with ``--concurrency`` threads. A worker
+process whose supervisor is gone (killed with SIGKILL, say) stops by itself, as on SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
@@ -95,7 +97,27 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
         worker.run(signals=(signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT))
 
 
+def _stop_with_parent() -> None:
+    """In a worker process: stop gracefully (as on SIGTERM) once the supervisor is gone.
+
+    A supervisor killed without forwarding a stop (SIGKILL, the OOM killer, a test that kills
+    only the process it started) would otherwise leave its workers running unsupervised for
+    ever. The parent's sentinel becomes ready when the parent exits, however it exits.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        logger.error("supervisor (pid %s) is gone; stopping", parent.pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="queue_pg-parent-watch", daemon=True).start()
+
+
 def _child_main(config: WorkerConfig) -> None:
+    _stop_with_parent()
     try:
         run_worker(config, child=True)
     except QueueError as exc:  # a missing queue, say: one line, not a traceback per process

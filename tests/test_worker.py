@@ -8,7 +8,9 @@ did is still visible. Leases are sub-second to keep the suite fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -34,12 +36,30 @@ from queue_pg.worker import (
     Backoff,
     Job,
     LeaseLost,
+    Reject,
     Worker,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = worker_app.QUEUE
 T = TypeVar("T")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``: a worker started with
+    ``start_new_session`` and everything it started (spawn children, resource tracker)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            pids.append(int(entry))
+    return pids
 
 
 def wait_until(what: str, check: Callable[[], T], timeout: float = 10.0) -> T:
@@ -124,9 +144,11 @@ def app(client: queue_pg.Client, clean: str, tmp_path: Path) -> Iterator[App]:
     a = App(clean, client, tmp_path)
     yield a
     for p in a.procs:
-        if p.popen.poll() is None:
-            p.popen.kill()
-            p.popen.wait(5)
+        # The whole process group: a supervisor's spawn children (and its resource tracker) must
+        # not outlive a failed test, still polling a database that is about to be dropped.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.popen.wait(5)
 
 
 # --- crashes, heartbeats, retries -----------------------------------------------------------------
@@ -185,14 +207,20 @@ def test_failing_task_backs_off_then_dead_letters_with_its_error(app: App) -> No
     assert gaps[0] < 2 and gaps[1] < 2, gaps  # made visible by the backoff, not by the lease
 
     assert dead[0].id == mid
-    error = dead[0].body["error"]
+    assert dead[0].body == {"task": "fail", "args": ["f1"], "kwargs": {}}  # the sender's, as sent
+    error = dead[0].attributes["error"]  # the last attempt's, in the attributes
     assert error["type"] == "builtins.ValueError"
     assert error["message"] == "boom f1"
     assert error["attempt"] == 3
     assert 'raise ValueError(f"boom {key}")' in error["traceback"]
-    assert dead[0].body["task"] == "fail" and dead[0].body["args"] == ["f1"]
+    assert error["worker"].endswith(f":{w.pid}") and error["at"]
+    assert dead[0].attributes["type"] == "fail"  # merged, not replaced
+    assert "dead_letter_reason" not in dead[0].attributes  # max_receive_count did it
     (h,) = app.history()
     assert (h["outcome"], h["receive_count"], h["type"]) == ("dead_lettered", 3, "fail")
+    # the backoffs were planned retries, not lapsed leases
+    assert h["lease_expiries"] == 0
+    assert app.client.stats(Q).lease_expiries == 0
     assert "fail (message" in w.logs() and "retry in" in w.logs()
 
 
@@ -236,12 +264,23 @@ def test_unknown_task_and_bad_arguments_are_not_retried(app: App) -> None:
     history = {h["message_id"]: h for h in app.history()}
     for i in ids:
         assert history[i]["receive_count"] == 1, history[i]
-        assert history[i]["outcome"] in ("deleted", "dead_lettered")
+        assert history[i]["outcome"] == "dead_lettered"
     assert [r["key"] for r in app.runs()] == ["ok"]
+    dead = {m.id: m for m in app.client.peek("wq-dlq", 10)}
+    assert sorted(dead) == sorted(ids)
+    reasons = [dead[i].attributes["dead_letter_reason"] for i in ids]
+    assert reasons[0].startswith("unknown task 'no_such_task': this worker knows ")
+    assert all(r.startswith("task 'noop': arguments do not fit noop(") for r in reasons[1:3])
+    assert reasons[3].startswith("not a task message")
+    for i in ids:
+        assert dead[i].attributes["error"]["type"] == "queue_pg.worker.Reject"
+        assert dead[i].attributes["error"]["message"] == dead[i].attributes["dead_letter_reason"]
+    assert dead[ids[0]].body == {"task": "no_such_task", "args": [], "kwargs": {}}
     log = w.logs()
     assert "unknown task 'no_such_task'" in log
     assert log.count("arguments do not fit noop(") == 2
     assert "not a task message" in log
+    assert log.count("; dead-lettered") == 4 and "DELETED" not in log
     stats = app.client.stats(Q)
     assert stats.visible + stats.in_flight == 0
 
@@ -311,6 +350,26 @@ def test_processes_share_the_work_and_stop_on_sigterm(app: App) -> None:
     assert sorted(r["key"] for r in app.runs("done")) == ["p1", "p2"]
     assert app.client.stats(Q).in_flight == 0
     assert "exited with [0, 0]" in sup.logs()
+    # nothing of the supervisor's is left: workers, resource tracker
+    wait_until("its processes gone", lambda: not group_members(sup.pid), timeout=5)
+
+
+def test_worker_processes_stop_by_themselves_when_the_supervisor_is_killed(app: App) -> None:
+    """A supervisor killed with SIGKILL forwards nothing: its workers notice it is gone and
+    stop gracefully, finishing the job they run, instead of running unsupervised for ever."""
+    app.client.create_queue(Q, visibility_timeout=5)
+    sup = app.spawn("--processes", "2", "--grace-period", "10")
+    wait_until("both workers ready", lambda: sup.logs().count("ready: wq") == 2)
+    app.send("slow", "s1", 1.0)
+    (start,) = wait_until("the job started", lambda: app.runs("start"))
+    sup.signal(signal.SIGKILL)
+    sup.wait(5)
+    wait_until("the worker processes gone", lambda: not group_members(sup.pid), timeout=10)
+    assert sup.logs().count("is gone; stopping") == 2
+    assert [r["key"] for r in app.runs("done")] == ["s1"]  # finished within the grace period
+    assert app.runs("done")[0]["pid"] == start["pid"]
+    stats = app.client.stats(Q)
+    assert (stats.visible, stats.in_flight) == (0, 0)
 
 
 # --- in-process: cancellation, retries cap, asyncio -----------------------------------------------
@@ -349,7 +408,11 @@ def test_handler_is_told_when_max_lease_stops_the_heartbeat(client: queue_pg.Cli
     assert worker.stats.released == 1
 
 
-def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client, clean: str) -> None:
+def test_task_retries_cap_rejects_and_timeout_cancels(
+    client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a queue without a dead-letter queue, a rejected message is deleted and logged."""
+    caplog.set_level(logging.WARNING, "queue_pg.worker")
     reg = Registry()
     calls: list[tuple[str, int, bool]] = []
 
@@ -382,20 +445,30 @@ def test_task_retries_cap_rejects_and_timeout_cancels(client: queue_pg.Client, c
     with psycopg.connect(clean, autocommit=True, row_factory=dict_row) as c:
         (h,) = c.execute("SELECT * FROM queue_pg.message_history").fetchall()
     assert (h["type"], h["receive_count"]) == ("flaky", 2)  # retried once, then not again
+    assert (h["outcome"], h["lease_expiries"]) == ("deleted", 0)  # no DLQ: deleted
+    (deleted,) = [r for r in caplog.records if "DELETED" in r.getMessage()]
+    assert deleted.levelno == logging.ERROR
+    assert "failed 2 times (retries = 1), last: RuntimeError: nope" in deleted.getMessage()
+    assert "has no dead_letter_queue" in deleted.getMessage()
+    assert deleted.exc_info is not None  # the handler's traceback, the only record left
     stats = client.stats("t")  # sleepy failed on its timeout: waiting out the worker's backoff
     assert (stats.visible, stats.in_flight) == (0, 1)
+    assert stats.lease_expiries == 0  # flaky's retry was planned (release), not a lapse
 
 
 async def test_async_worker_runs_heartbeats_and_retries(clean: str) -> None:
     async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
         await client.create_queue("aq", visibility_timeout=0.3)
         done: list[tuple[Any, int]] = []
+        seen: dict[str, Any] = {}
 
         async def handler(job: AsyncJob) -> None:
             if job.body.get("fail") and job.receive_count == 1:
                 raise RuntimeError("first attempt fails")
             if job.body.get("sleep"):
                 await asyncio.sleep(job.body["sleep"])
+            if job.body.get("fail"):
+                seen["body"], seen["attributes"] = job.body, job.message.attributes
             done.append((job.body["n"], job.receive_count))
 
         worker = AsyncWorker(client, "aq", handler, concurrency=4, wait=0.5,
@@ -414,9 +487,15 @@ async def test_async_worker_runs_heartbeats_and_retries(clean: str) -> None:
         assert dict((str(n), c) for n, c in done)["long"] == 1  # never redelivered
         assert dict((str(n), c) for n, c in done)["flaky"] == 2
         stats = await client.stats("aq")
-        # flaky's backoff counts as one lease expiry (the engine cannot tell a delayed retry
-        # from a lapsed lease); the long job's lease never lapsed.
-        assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 1)
+        # flaky's backoff is a planned retry (release), not a lapse; the long job's lease was
+        # kept by its heartbeat.
+        assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
+        # a raw message: its body stays the sender's, the error goes to its attributes
+        assert seen["body"] == {"n": "flaky", "fail": True}
+        error = seen["attributes"]["error"]
+        assert (error["type"], error["message"], error["attempt"]) == (
+            "builtins.RuntimeError", "first attempt fails", 1)
+        assert "raise RuntimeError" in error["traceback"]
 
 
 def test_stop_ends_an_idle_long_poll_promptly(client: queue_pg.Client) -> None:
@@ -487,3 +566,133 @@ def test_enqueue_joins_the_callers_transaction(client: queue_pg.Client, clean: s
     assert m.id == mid
     assert m.body == {"task": "noop", "args": ["kept"], "kwargs": {}}
     assert m.attributes == {"type": "noop"}
+
+
+# --- dead-lettering, error records, checkpoints (the engine calls the worker relies on) -------------
+
+
+def test_raw_messages_record_errors_in_attributes_and_reject_dead_letters(
+    client: queue_pg.Client,
+) -> None:
+    client.create_queue("r-dlq")
+    client.create_queue("r", visibility_timeout=5, dead_letter_queue="r-dlq", max_receive_count=5)
+    seen: list[tuple[int, dict[str, Any] | None]] = []
+
+    def handler(job: Job) -> None:
+        seen.append((job.receive_count, job.message.attributes))
+        if job.body["kind"] == "poison":
+            raise Reject("cannot ever parse this")
+        if job.receive_count == 1:
+            raise KeyError("not yet")
+
+    worker = Worker(client, "r", handler, concurrency=2, wait=0.5, backoff=Backoff(base=0.05))
+    t = _run_in_thread(worker)
+    client.send("r", {"kind": "flaky"}, attributes={"type": "raw"})
+    poison = client.send("r", {"kind": "poison"})
+    wait_until("flaky done, poison rejected",
+               lambda: worker.stats.succeeded == 1 and worker.stats.rejected == 1)
+    worker.stop()
+    t.join(5)
+    (second,) = [a for n, a in seen if n == 2]
+    assert second is not None and second["type"] == "raw"
+    assert (second["error"]["type"], second["error"]["message"]) == ("builtins.KeyError", "'not yet'")
+    (dead,) = client.peek("r-dlq")
+    assert dead.id == poison and dead.body == {"kind": "poison"} and dead.receive_count == 1
+    assert dead.attributes is not None
+    assert dead.attributes["dead_letter_reason"] == "cannot ever parse this"
+    assert dead.attributes["error"]["type"] == "queue_pg.worker.Reject"
+    stats = client.stats("r")
+    assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
+
+
+async def test_async_worker_dead_letters_unknown_tasks_and_used_up_retries(clean: str) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="at", name="flaky", retries=1, backoff=Backoff(base=0.05), registry=reg)
+    async def flaky(n: int) -> None:
+        raise ValueError(f"bad {n}")
+
+    async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
+        await client.create_queue("at-dlq")
+        await client.create_queue("at", visibility_timeout=5, dead_letter_queue="at-dlq",
+                                  max_receive_count=10)
+        fid = await client.send("at", flaky.envelope([7], {}), attributes={"type": "flaky"})
+        uid = await client.send("at", {"task": "gone", "args": [], "kwargs": {}})
+        worker = AsyncWorker(client, "at", reg, concurrency=2, wait=0.5)
+        run = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 10
+        while worker.stats.rejected < 2:
+            assert time.monotonic() < deadline, worker.stats
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(run, 5)
+        dead = {m.id: m for m in await client.peek("at-dlq", 10)}
+        assert sorted(dead) == sorted([fid, uid])
+        f = dead[fid]
+        assert f.attributes is not None
+        assert f.attributes["dead_letter_reason"] == (
+            "failed 2 times (retries = 1), last: ValueError: bad 7")
+        assert (f.attributes["error"]["message"], f.attributes["error"]["attempt"]) == ("bad 7", 2)
+        assert f.attributes["type"] == "flaky" and f.body == flaky.envelope([7], {})
+        u = dead[uid]
+        assert u.attributes is not None
+        assert u.attributes["dead_letter_reason"].startswith("unknown task 'gone'")
+        stats = await client.stats("at")
+        assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
+
+
+def test_checkpoint_leaves_the_lease_as_it_is(client: queue_pg.Client, clean: str) -> None:
+    """A checkpoint saves the body only: it neither renews the lease nor ends it, so it works
+    even when renewing would pass max_lease (a lease taken for all of max_lease here)."""
+    client.create_queue("c", visibility_timeout=5, max_lease=5)
+    client.send("c", {"task": "x"}, attributes={"type": "x"})
+    (m,) = client.receive("c")  # leased for max_lease: no renewal is possible at all
+
+    def lease_end() -> Any:
+        with psycopg.connect(clean, autocommit=True) as c:
+            row = c.execute("SELECT visible_at FROM queue_pg.messages WHERE id = %s", [m.id]).fetchone()
+        assert row is not None
+        return row[0]
+
+    before = lease_end()
+    job = Job(client, m, 5.0)
+    job.checkpoint({"next": 1})
+    job.checkpoint({"next": 2})
+    assert job.state == {"next": 2} and not job.cancelled
+    assert lease_end() == before
+    assert client.stats("c").in_flight == 1
+    client.change_visibility("c", m.receipt or "", 0)
+    (again,) = client.receive("c")
+    assert again.body == {"task": "x", "state": {"next": 2}}
+    assert again.attributes == {"type": "x"}
+
+
+def test_checkpointing_handler_stops_at_max_lease_and_resumes(client: queue_pg.Client) -> None:
+    """A handler that only checkpoints (never checks job.cancelled) still stops once max_lease
+    stops the heartbeat: its next checkpoint saves, then raises LeaseLost; the message is
+    released and the next delivery goes on from the saved step. Every step runs once."""
+    client.create_queue("ml", visibility_timeout=0.3, max_lease=1)
+    steps: list[tuple[int, int]] = []
+    starts: list[tuple[int, int]] = []
+
+    def handler(job: Job) -> None:
+        first = (job.state or {}).get("i", 0)
+        starts.append((job.receive_count, first))
+        for i in range(first, 25):
+            time.sleep(0.05)
+            steps.append((job.receive_count, i))
+            job.checkpoint({"i": i + 1})
+
+    worker = Worker(client, "ml", handler, concurrency=1, wait=0.5)
+    t = _run_in_thread(worker)
+    client.send("ml", {"job": 1})
+    wait_until("all steps done", lambda: worker.stats.succeeded == 1, timeout=15)
+    worker.stop()
+    t.join(5)
+    assert [i for _, i in steps] == list(range(25))  # none skipped, none repeated
+    assert len(starts) >= 2 and starts[0] == (1, 0)
+    for (n, _), (n2, first2) in itertools.pairwise(starts):
+        assert n2 == n + 1 and first2 == max(i for a, i in steps if a == n) + 1
+    assert worker.stats.released == len(starts) - 1
+    stats = client.stats("ml")
+    assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
