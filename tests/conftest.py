@@ -7,6 +7,7 @@ testcontainers when a Docker engine answers; else the embedded server from the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -71,19 +72,34 @@ def server_dsn() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def dsn(server_dsn: str) -> Iterator[str]:
-    """A database of this test run, migrated to head, dropped at the end."""
-    name = f"queue_pg_test_{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def new_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """An empty database of our own on the test server, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_dsn, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
     params = conninfo.conninfo_to_dict(server_dsn)
     params["dbname"] = name
-    db_dsn = conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-    migrate(db_dsn)
-    yield db_dsn
-    with psycopg.connect(server_dsn, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def dsn(server_dsn: str) -> Iterator[str]:
+    """A database of this test run, migrated to head, dropped at the end."""
+    with new_database(server_dsn, "queue_pg_test") as db_dsn:
+        migrate(db_dsn)
+        yield db_dsn
+
+
+@pytest.fixture
+def scratch(server_dsn: str) -> Iterator[str]:
+    """An empty database of this test's own (nothing installed), dropped afterwards."""
+    with new_database(server_dsn, "queue_pg_scratch") as db_dsn:
+        yield db_dsn
 
 
 @pytest.fixture

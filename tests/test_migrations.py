@@ -11,9 +11,7 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from psycopg import conninfo
 from sqlalchemy import CheckConstraint, Column, Integer, MetaData, Table, inspect, text
 from sqlalchemy.engine import Connection as SAConnection
 
@@ -37,19 +34,6 @@ from queue_pg.migrate import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def scratch(server_dsn: str) -> Iterator[str]:
-    """An empty database of this test's own, dropped afterwards."""
-    name = f"queue_pg_scratch_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo.conninfo_to_dict(server_dsn)
-    params["dbname"] = name
-    yield conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-    with psycopg.connect(server_dsn, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def roundtrip(dsn: str, queue: str = "jobs") -> None:
