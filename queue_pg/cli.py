@@ -36,7 +36,6 @@ __all__ = ["main", "queue_table", "settings_table", "stats_table"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Settings that may be NULL, i.e. that ``alter --clear`` can reset.
-CLEARABLE = ("message_ttl", "dead_letter_queue", "max_receive_count", "in_flight_limit")
 NEVER = "never"
 
 
@@ -337,8 +336,8 @@ def settings_options(*, alter: bool) -> Callable[[F], F]:
     ]
     if alter:
         options.append(click.option("--clear", "clear", multiple=True,
-                                    type=click.Choice(CLEARABLE), metavar="SETTING",
-                                    help=f"Set a setting to NULL ({', '.join(CLEARABLE)})."))
+                                    metavar="SETTING",
+                                    help="Set a nullable setting to NULL, e.g. message_ttl."))
 
     def decorate(f: F) -> F:
         for option in reversed(options):

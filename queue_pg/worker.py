@@ -316,9 +316,9 @@ class _Settings:
             raise ValueError("a worker needs at least one queue")
         if concurrency < 1:
             raise ValueError(f"concurrency = {concurrency}: need at least 1")
+        # receive's range (max_messages) is SQL's to check: a bad one stops run() at once;
+        # a batch above the free slots is never asked for
         batch = concurrency if batch_size is None else batch_size
-        if not 1 <= batch <= 1000:
-            raise ValueError(f"batch_size = {batch}: allowed 1 to 1000 (receive's range)")
         vt = None if visibility_timeout is None else seconds(visibility_timeout)
         if vt is not None and vt <= 0:
             raise ValueError(f"visibility_timeout = {vt}: a worker needs a lease > 0")

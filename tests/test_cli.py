@@ -216,3 +216,9 @@ def test_demo_quick(clean: str) -> None:
     assert "heartbeat: lease extended" in out
     assert "every message accounted for" in out
     assert "select * from queue_pg.queue_stats;" in out
+
+
+def test_alter_clear_of_a_setting_that_cannot_be_null_is_refused_by_sql(clean: str) -> None:
+    run(clean, "create", "jobs")
+    result = run(clean, "alter", "jobs", "--clear", "visibility_timeout", code=1)
+    assert "clear = 'visibility_timeout' is invalid" in result.output

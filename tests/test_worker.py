@@ -549,6 +549,10 @@ def test_configuration_errors_stop_the_worker(client: queue_pg.Client) -> None:
     worker = Worker(client, "short", lambda job: None, visibility_timeout=5, wait=0.1)
     with pytest.raises(queue_pg.InvalidParameter, match="max_lease"):
         worker.run()
+    # receive's range is SQL's rule, not the worker's: SQL refuses it and the worker stops
+    empty = Worker(client, "short", lambda job: None, batch_size=0, wait=0.1)
+    with pytest.raises(queue_pg.InvalidParameter, match="max_messages = 0"):
+        empty.run()
 
 
 def test_enqueue_joins_the_callers_transaction(client: queue_pg.Client, clean: str) -> None:
