@@ -200,16 +200,21 @@ def send(
     delay: Seconds | None = None,
     ttl: Seconds | None = None,
     attributes: Mapping[str, Any] | None = None,
+    debounce: bool = False,
 ) -> Call[int]:
+    """``debounce``: the send commits at once (the client's own connection), so SQL may skip
+    a NOTIFY that another went out just before (see queue_pg._wake)."""
     return Call(
         "select queue_pg.send(%(queue)s, %(body)s::jsonb, delay => %(delay)s::float8,"
-        " ttl => %(ttl)s::float8, attributes => %(attributes)s::jsonb) as result",
+        " ttl => %(ttl)s::float8, attributes => %(attributes)s::jsonb,"
+        " debounce => %(debounce)s::boolean) as result",
         {
             "queue": queue,
             "body": Jsonb(body),
             "delay": seconds_or_none(delay),
             "ttl": seconds_or_none(ttl),
             "attributes": _jsonb(attributes),
+            "debounce": debounce,
         },
         _int,
     )
@@ -221,9 +226,10 @@ def send_batch(
     delay: Seconds | None = None,
     ttl: Seconds | None = None,
     attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+    debounce: bool = False,
 ) -> Call[list[int]]:
     """``attributes`` is one mapping for every message, or a list parallel to ``bodies`` (SQL
-    checks the lengths match)."""
+    checks the lengths match). ``debounce`` as for :func:`send`."""
     body_list = [Jsonb(b) for b in bodies]
     attrs: list[Jsonb | None] | None
     if attributes is None:
@@ -236,13 +242,15 @@ def send_batch(
     return Call(
         "select s.id from queue_pg.send_batch(%(queue)s, %(bodies)s::jsonb[],"
         " delay => %(delay)s::float8, ttl => %(ttl)s::float8,"
-        " attributes => %(attributes)s::jsonb[]) with ordinality as s(id, n) order by s.n",
+        " attributes => %(attributes)s::jsonb[], debounce => %(debounce)s::boolean)"
+        " with ordinality as s(id, n) order by s.n",
         {
             "queue": queue,
             "bodies": body_list,
             "delay": seconds_or_none(delay),
             "ttl": seconds_or_none(ttl),
             "attributes": attrs,
+            "debounce": debounce,
         },
         _ids,
     )
@@ -253,18 +261,21 @@ def receive(
     max_messages: int = 1,
     visibility_timeout: Seconds | None = None,
     wait: Seconds | None = None,
+    delete: Sequence[str] | None = None,
 ) -> Call[list[Message]]:
     """One receive attempt that never sleeps in the server (``poll => false``): the clients
     wait on LISTEN between attempts. SQL still checks ``wait`` and, when it is > 0, answers a
-    reached in_flight_limit with nothing instead of OverLimit."""
+    reached in_flight_limit with nothing instead of OverLimit. ``delete``: receipts deleted
+    first in the same transaction (only the first attempt of a long poll carries them)."""
     return Call(
         "select * from queue_pg._receive(%(queue)s, %(max_messages)s::int,"
-        " %(visibility_timeout)s::float8, %(wait)s::float8, false)",
+        " %(visibility_timeout)s::float8, %(wait)s::float8, false, %(delete)s::text[])",
         {
             "queue": queue,
             "max_messages": max_messages,
             "visibility_timeout": seconds_or_none(visibility_timeout),
             "wait": seconds_or_none(wait),
+            "delete": list(delete) if delete else None,
         },
         _many(message),
     )
@@ -377,3 +388,8 @@ def unlisten(channel: str) -> Call[None]:
 #: How often a long poll re-checks without a NOTIFY: a delayed message coming due or a lapsed
 #: lease sends none, so without this a waiter would miss them until its deadline.
 RECHECK_INTERVAL = 1.0
+
+#: After a NOTIFY wakes a long poll, one more attempt this long after it even when nothing was
+#: found: sends committed right after the notifying one may have skipped theirs (debounce, 2 ms
+#: in SQL) and committed after the attempt that the notify caused.
+FOLLOW_UP = 0.01

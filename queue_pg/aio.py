@@ -129,6 +129,7 @@ class AsyncClient:
                 f" not {type(source).__name__}"
             )
         self._sweep_interval = sweep_interval
+        self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
         self._next_sweep = monotonic()
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -261,7 +262,9 @@ class AsyncClient:
         attributes: Mapping[str, Any] | None = None,
         conn: AsyncConnection | None = None,
     ) -> int:
-        return await self._run(_ops.send(queue, body, delay, ttl, attributes), conn)
+        return await self._run(
+            _ops.send(queue, body, delay, ttl, attributes, debounce=conn is None), conn
+        )
 
     async def send_batch(
         self,
@@ -273,7 +276,9 @@ class AsyncClient:
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[int]:
-        return await self._run(_ops.send_batch(queue, bodies, delay, ttl, attributes), conn)
+        return await self._run(
+            _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=conn is None), conn
+        )
 
     async def receive(
         self,
@@ -282,18 +287,22 @@ class AsyncClient:
         *,
         visibility_timeout: Seconds | None = None,
         wait: Seconds | None = None,
+        delete: Sequence[str] | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[Message]:
-        """Lease up to ``max_messages`` messages; long-polls on LISTEN as Client.receive does."""
+        """Lease up to ``max_messages`` messages; long-polls on LISTEN as Client.receive does;
+        ``delete`` deletes a finished batch first, in the same transaction, as there."""
         try:
             if conn is not None:
                 await self._maybe_sweep(None)
                 return await self._receive(
-                    conn, None, queue, max_messages, visibility_timeout, wait
+                    conn, None, queue, max_messages, visibility_timeout, wait, delete
                 )
             async with self._borrow() as own:
                 await self._maybe_sweep(own)
-                return await self._receive(own, own, queue, max_messages, visibility_timeout, wait)
+                return await self._receive(
+                    own, own, queue, max_messages, visibility_timeout, wait, delete
+                )
         except psycopg.Error as exc:
             translate(exc)
 
@@ -305,9 +314,10 @@ class AsyncClient:
         max_messages: int,
         visibility_timeout: Seconds | None,
         wait: Seconds | None,
+        delete: Sequence[str] | None = None,
     ) -> list[Message]:
         start = monotonic()
-        call = _ops.receive(queue, max_messages, visibility_timeout, wait)
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait, delete)
         is_own = own is not None
 
         async def attempt() -> list[Message]:
@@ -317,6 +327,7 @@ class AsyncClient:
                 return await _execute(conn, call)
 
         first = await attempt()
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         if first or (wait is not None and seconds(wait) <= 0):
             return first
         if wait is not None:
@@ -334,6 +345,7 @@ class AsyncClient:
                 await _execute(listener, _ops.listen(channel))
                 if not listener.autocommit:
                     await listener.commit()
+                woken = self._woken.get(queue)
                 while True:
                     result = await attempt()
                     if result:
@@ -342,8 +354,12 @@ class AsyncClient:
                     if remaining <= 0:
                         return []
                     wake = min(remaining, _ops.RECHECK_INTERVAL)
+                    follow = None if woken is None else woken + _ops.FOLLOW_UP - monotonic()
+                    if follow is not None and follow > 0:  # once, just after the last NOTIFY
+                        wake = min(wake, follow)
+                    woken = None
                     async for _ in listener.notifies(timeout=wake, stop_after=1):
-                        pass
+                        woken = self._woken[queue] = monotonic()
             finally:
                 await self._unlisten(listener, channel)
 

@@ -174,6 +174,7 @@ class Client:
                 f" Engine or None, not {type(source).__name__}"
             )
         self._sweep_interval = sweep_interval
+        self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
         self._next_sweep = monotonic()
         self._sweep_lock = threading.Lock()
 
@@ -300,7 +301,9 @@ class Client:
         conn: Connection | None = None,
     ) -> int:
         """Enqueue one message; returns its id. delay / ttl None = the queue's settings."""
-        return self._run(_ops.send(queue, body, delay, ttl, attributes), conn)
+        return self._run(
+            _ops.send(queue, body, delay, ttl, attributes, debounce=conn is None), conn
+        )
 
     def send_batch(
         self,
@@ -316,7 +319,9 @@ class Client:
 
         ``attributes``: one mapping for every message, or a list parallel to ``bodies``.
         """
-        return self._run(_ops.send_batch(queue, bodies, delay, ttl, attributes), conn)
+        return self._run(
+            _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=conn is None), conn
+        )
 
     def receive(
         self,
@@ -325,6 +330,7 @@ class Client:
         *,
         visibility_timeout: Seconds | None = None,
         wait: Seconds | None = None,
+        delete: Sequence[str] | None = None,
         conn: Connection | None = None,
     ) -> list[Message]:
         """Lease up to ``max_messages`` visible messages, each with a new receipt.
@@ -333,14 +339,23 @@ class Client:
         the queue's LISTEN channel up to that long, re-checking at least every second (a delayed
         message coming due or a lapsed lease sends no NOTIFY). OverLimit is raised only by a
         short poll; a long poll treats it as "nothing yet".
+
+        ``delete``: receipts of the previous batch, deleted in the same transaction before the
+        receive (one round trip and one commit per batch). A stale or lapsed receipt among them
+        is skipped and counted in ``stats().stale_receipts``; use :meth:`delete_batch` when each
+        outcome matters. If the receive fails, the deletes are undone too.
         """
         try:
             if conn is not None:
                 self._maybe_sweep(None)
-                return self._receive(conn, None, queue, max_messages, visibility_timeout, wait)
+                return self._receive(
+                    conn, None, queue, max_messages, visibility_timeout, wait, delete
+                )
             with self._borrow() as own:
                 self._maybe_sweep(own)
-                return self._receive(own, own, queue, max_messages, visibility_timeout, wait)
+                return self._receive(
+                    own, own, queue, max_messages, visibility_timeout, wait, delete
+                )
         except psycopg.Error as exc:
             translate(exc)
 
@@ -352,10 +367,11 @@ class Client:
         max_messages: int,
         visibility_timeout: Seconds | None,
         wait: Seconds | None,
+        delete: Sequence[str] | None = None,
     ) -> list[Message]:
         """Receive on ``conn``; ``own`` is conn when it is the client's (else the caller's)."""
         start = monotonic()
-        call = _ops.receive(queue, max_messages, visibility_timeout, wait)
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait, delete)
         is_own = own is not None
 
         def attempt() -> list[Message]:
@@ -365,6 +381,7 @@ class Client:
                 return _execute(conn, call)
 
         first = attempt()
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         if first or (wait is not None and seconds(wait) <= 0):
             return first
         timeout = seconds(wait) if wait is not None else self._receive_wait(conn, is_own, queue)
@@ -378,6 +395,7 @@ class Client:
                 _execute(listener, _ops.listen(channel))
                 if not listener.autocommit:
                     listener.commit()  # LISTEN takes effect at commit
+                woken = self._woken.get(queue)
                 while True:
                     result = attempt()
                     if result:
@@ -386,8 +404,12 @@ class Client:
                     if remaining <= 0:
                         return []
                     wake = min(remaining, _ops.RECHECK_INTERVAL)
+                    follow = None if woken is None else woken + _ops.FOLLOW_UP - monotonic()
+                    if follow is not None and follow > 0:  # once, just after the last NOTIFY
+                        wake = min(wake, follow)
+                    woken = None
                     for _ in listener.notifies(timeout=wake, stop_after=1):
-                        pass
+                        woken = self._woken[queue] = monotonic()
             finally:
                 self._unlisten(listener, channel)
 

@@ -28,7 +28,7 @@ DECLARE r record;
 BEGIN
     FOR r IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = 'queue_pg' AND c.relkind = 'S'
-               AND c.relname ~ '^(stale_receipts|lease_expiries)_[0-9]+$'
+               AND c.relname ~ '^(stale_receipts|lease_expiries|claim_floor|claim_rescan|notified)_[0-9]+$'
     LOOP
         EXECUTE format('DROP SEQUENCE queue_pg.%I', r.relname);
     END LOOP;

@@ -36,6 +36,15 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;
 
+-- Timestamps as microseconds since 1970 and back, exactly: the claim floor lives in a sequence.
+CREATE OR REPLACE FUNCTION queue_pg._micros(t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._from_micros(v bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT timestamptz 'epoch' + v::float8 * interval '1 microsecond'
+$$;
+
 -- The queue row by name, or QueueNotFound.
 CREATE OR REPLACE FUNCTION queue_pg._queue(name text) RETURNS queue_pg.queues
 LANGUAGE plpgsql STABLE AS $$

@@ -3,3 +3,7 @@
 DROP FUNCTION IF EXISTS queue_pg._relet(queue_pg.queues, text, double precision, jsonb, text);
 DROP FUNCTION IF EXISTS queue_pg.change_visibility(text, text, double precision);
 DROP FUNCTION IF EXISTS queue_pg.update_message(text, text, jsonb, double precision);
+DROP FUNCTION IF EXISTS queue_pg._receive(text, integer, double precision, double precision, boolean);
+DROP FUNCTION IF EXISTS queue_pg.receive(text, integer, double precision, double precision);
+DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb);
+DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[]);

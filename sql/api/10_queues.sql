@@ -74,6 +74,32 @@ LANGUAGE sql STABLE AS $$
     ) s
 $$;
 
+-- Per-queue sequences of the fast paths (sequences: they change on every receive or send and
+-- leave no row versions behind). notified_<id>: when the last NOTIFY went out (see _wake).
+-- The claim floor of a queue: where a receive's index scan starts. Every receive leaves the old
+-- version of each message it leases at the head of the claim index, and every delete leaves a
+-- dead one; while any snapshot older than them is open (a long transaction anywhere in the
+-- database), vacuum may remove none, and a scan from the start walks them all. A receive starts
+-- at the floor instead: the visible_at of the newest message the last receive took, kept in a
+-- sequence because it changes with every receive and a sequence leaves no row versions behind.
+-- Messages below the floor (a sending transaction that committed late, a receive rolled back)
+-- are found by the one full scan per second per queue, or at once when the floor range has too
+-- few messages to fill the receive.
+CREATE OR REPLACE FUNCTION queue_pg._create_claim_sequences(queue_id integer) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    kind text;
+BEGIN
+    FOREACH kind IN ARRAY array['claim_floor', 'claim_rescan', 'notified'] LOOP
+        IF to_regclass(format('queue_pg.%s_%s', kind, queue_id)) IS NULL THEN
+            EXECUTE format('CREATE SEQUENCE queue_pg.%s_%s', kind, queue_id);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Queues created before the claim floor existed get their sequences on upgrade.
+DO $$ BEGIN PERFORM queue_pg._create_claim_sequences(id) FROM queue_pg.queues; END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     name text,
     visibility_timeout double precision DEFAULT 30,
@@ -120,6 +146,7 @@ BEGIN
     IF old.id IS NOT NULL THEN  -- created now
         EXECUTE format('CREATE SEQUENCE queue_pg.stale_receipts_%s', old.id);
         EXECUTE format('CREATE SEQUENCE queue_pg.lease_expiries_%s', old.id);
+        PERFORM queue_pg._create_claim_sequences(old.id);
         PERFORM queue_pg._sync_in_flight(old);
         RETURN NEXT old;
         RETURN;
@@ -235,6 +262,9 @@ BEGIN
     DELETE FROM queue_pg.queues WHERE id = q.id;
     EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.stale_receipts_%s', q.id);
     EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.lease_expiries_%s', q.id);
+    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.claim_floor_%s', q.id);
+    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.claim_rescan_%s', q.id);
+    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.notified_%s', q.id);
     RETURN true;
 END $$;
 

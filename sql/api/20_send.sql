@@ -32,12 +32,41 @@ BEGIN
     END IF;
 END $$;
 
+-- Wakes the queue's listeners. NOTIFY serializes committing transactions on a cluster-wide
+-- lock held through the WAL flush, so a notify per send caps concurrent senders at one commit at
+-- a time. `debounce` (for sessions whose send commits at once: the Python client's own
+-- connections pass it) skips the notify when one went out less than 2 ms ago; a listener that
+-- got that one re-checks shortly after it (queue_pg._ops.FOLLOW_UP), which finds what the skipped
+-- notifies would have announced. Never debounced inside a caller's longer transaction: its
+-- commit may come long after the notify it would rely on.
+CREATE OR REPLACE FUNCTION queue_pg._wake(queue_id integer, debounce boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    seq regclass;
+    last_us bigint;
+    now_us bigint;
+BEGIN
+    IF debounce THEN
+        seq := to_regclass(format('queue_pg.notified_%s', queue_id));
+        IF seq IS NOT NULL THEN
+            now_us := queue_pg._micros(clock_timestamp());
+            last_us := pg_sequence_last_value(seq);
+            IF last_us IS NOT NULL AND now_us - last_us BETWEEN 0 AND 2000 THEN
+                RETURN;
+            END IF;
+            PERFORM setval(seq, now_us);
+        END IF;
+    END IF;
+    PERFORM pg_notify(queue_pg._channel(queue_id), '');
+END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg.send(
     queue text,
     body jsonb,
     delay double precision DEFAULT NULL,
     ttl double precision DEFAULT NULL,
-    attributes jsonb DEFAULT NULL
+    attributes jsonb DEFAULT NULL,
+    debounce boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -53,7 +82,7 @@ BEGIN
     VALUES (q.id, n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes)
     RETURNING id INTO new_id;
     IF d = 0 THEN
-        PERFORM pg_notify(queue_pg._channel(q.id), '');
+        PERFORM queue_pg._wake(q.id, debounce);
     END IF;
     RETURN new_id;
 END $$;
@@ -64,7 +93,8 @@ CREATE OR REPLACE FUNCTION queue_pg.send_batch(
     bodies jsonb[],
     delay double precision DEFAULT NULL,
     ttl double precision DEFAULT NULL,
-    attributes jsonb[] DEFAULT NULL
+    attributes jsonb[] DEFAULT NULL,
+    debounce boolean DEFAULT false
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -103,6 +133,6 @@ BEGIN
     )
     SELECT ins.id FROM ins ORDER BY ins.id;
     IF d = 0 THEN
-        PERFORM pg_notify(queue_pg._channel(q.id), '');
+        PERFORM queue_pg._wake(q.id, debounce);
     END IF;
 END $$;

@@ -43,6 +43,11 @@ DECLARE
     lapsed integer;
     key bytea;
     got integer;
+    floor_seq regclass := to_regclass(format('queue_pg.claim_floor_%s', q.id));
+    rescan_seq regclass := to_regclass(format('queue_pg.claim_rescan_%s', q.id));
+    floor_at timestamptz;
+    top timestamptz;
+    found_n integer;
 BEGIN
     IF q.in_flight_limit IS NOT NULL THEN
         -- The counter is an upper bound (a lapsed lease is not subtracted); when it says the
@@ -64,23 +69,45 @@ BEGIN
         want := least(want, q.in_flight_limit - held);
     END IF;
 
+    -- Where the scan starts (see _claim_floor): from the floor, except once a second per queue,
+    -- when one claim scans from the start to pick up stragglers the floor has passed.
+    IF floor_seq IS NOT NULL THEN
+        IF coalesce(pg_sequence_last_value(rescan_seq), 0) < queue_pg._micros(n) - 1000000 THEN
+            PERFORM setval(rescan_seq, queue_pg._micros(n));
+        ELSE
+            floor_at := queue_pg._from_micros(pg_sequence_last_value(floor_seq));
+        END IF;
+    END IF;
+
     -- A claim that found only messages to dead-letter tries again, a bounded number of times.
     FOR attempt IN 1..4 LOOP
-        SELECT array_agg(c.id),
-               array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
-               count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released)
-        INTO ids, dead, lapsed
-        FROM (
-            SELECT m.id, m.receive_count, m.released
-            FROM queue_pg.messages m
-            WHERE m.queue_id = q.id AND m.visible_at <= n
-              AND (m.expires_at IS NULL OR m.expires_at > n)
-            ORDER BY m.visible_at
-            LIMIT want
-            FOR UPDATE SKIP LOCKED
-        ) c;
+        LOOP
+            SELECT array_agg(c.id),
+                   array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
+                   count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released),
+                   max(c.visible_at), count(*)
+            INTO ids, dead, lapsed, top, found_n
+            FROM (
+                SELECT m.id, m.receive_count, m.released, m.visible_at
+                FROM queue_pg.messages m
+                WHERE m.queue_id = q.id AND m.visible_at <= n
+                  AND m.visible_at >= coalesce(floor_at, '-infinity')
+                  AND (m.expires_at IS NULL OR m.expires_at > n)
+                ORDER BY m.visible_at
+                LIMIT want
+                FOR UPDATE SKIP LOCKED
+            ) c;
+            -- Too few above the floor: look below it too before answering "nothing".
+            EXIT WHEN found_n = want OR floor_at IS NULL;
+            floor_at := NULL;
+        END LOOP;
         IF ids IS NULL THEN
             RETURN;
+        END IF;
+        -- Every visible message below `top` is now taken or locked by another claim: later
+        -- claims may start there. A full scan may lower the floor, a floor scan only raise it.
+        IF floor_seq IS NOT NULL AND (floor_at IS NULL OR top > floor_at) THEN
+            PERFORM setval(floor_seq, queue_pg._micros(top));
         END IF;
         IF lapsed > 0 THEN
             PERFORM queue_pg._count('lease_expiries', q.id, lapsed);
@@ -120,7 +147,8 @@ CREATE OR REPLACE FUNCTION queue_pg._receive(
     max_messages integer,
     visibility_timeout double precision,
     wait double precision,
-    poll boolean
+    poll boolean,
+    "delete" text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -128,6 +156,7 @@ DECLARE
     vt double precision := coalesce(visibility_timeout, q.visibility_timeout);
     w double precision := coalesce(wait, q.receive_wait);
     deadline timestamptz;
+    bad text;
 BEGIN
     PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages');
     PERFORM queue_pg._check('visibility_timeout', vt, 0, 604800);
@@ -136,6 +165,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('visibility_timeout = %s is out of range: it may not exceed max_lease = %s seconds of queue %s',
                              queue_pg._fmt(vt), queue_pg._fmt(q.max_lease), quote_literal(q.name));
+    END IF;
+    -- The finished batch goes first, in the same transaction: one round trip and one commit
+    -- per batch. Refusals are not raised (a stale receipt is counted, as in delete_batch).
+    IF cardinality("delete") > 0 THEN
+        SELECT d.receipt INTO bad FROM queue_pg._delete_batch(q, "delete", 'delete') d
+        WHERE d.error = 'InvalidReceipt' LIMIT 1;
+        IF FOUND THEN
+            PERFORM queue_pg._invalid_receipt(q.name, bad);
+        END IF;
     END IF;
     deadline := clock_timestamp() + queue_pg._seconds(w);
     LOOP
@@ -149,12 +187,15 @@ END $$;
 
 -- SQS ReceiveMessage. `wait` > 0 polls inside the server every 50 ms for callers that cannot
 -- LISTEN (psql, other languages); the Python client waits on LISTEN/NOTIFY instead.
+-- `delete`: receipts of the caller's finished batch, deleted first in the same transaction
+-- (a stale or lapsed one is skipped and counted, a forged one raises InvalidReceipt).
 CREATE OR REPLACE FUNCTION queue_pg.receive(
     queue text,
     max_messages integer DEFAULT 1,
     visibility_timeout double precision DEFAULT NULL,
-    wait double precision DEFAULT NULL
+    wait double precision DEFAULT NULL,
+    "delete" text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.message
 LANGUAGE sql AS $$
-    SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true)
+    SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true, "delete")
 $$;

@@ -66,11 +66,11 @@ BEGIN
 END $$;
 
 -- Per-entry results: deleted, or the name of the refusal. Duplicate receipts are refused whole.
-CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
+-- `param` names the caller's argument in error messages (delete_batch's receipts, receive's delete).
+CREATE OR REPLACE FUNCTION queue_pg._delete_batch(q queue_pg.queues, receipts text[], param text)
 RETURNS TABLE (receipt text, deleted boolean, error text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
     key bytea := queue_pg._key();
     n timestamptz := queue_pg.now();
     cnt integer := coalesce(cardinality(receipts), 0);
@@ -82,12 +82,12 @@ DECLARE
     freed integer := 0;
     why text[];
 BEGIN
-    PERFORM queue_pg._check('len(receipts)', cnt, 1, 1000, 'receipts');
+    PERFORM queue_pg._check(format('len(%s)', param), cnt, 1, 1000, 'receipts');
     SELECT x INTO dup FROM unnest(receipts) x GROUP BY x HAVING count(*) > 1 LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('receipts has duplicate entry %s: allowed distinct receipts only',
-                             coalesce(quote_literal(dup), 'NULL'));
+            MESSAGE = format('%s has duplicate entry %s: allowed distinct receipts only',
+                             param, coalesce(quote_literal(dup), 'NULL'));
     END IF;
     SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
     FROM unnest(receipts) WITH ORDINALITY u(r, i)
@@ -116,6 +116,12 @@ BEGIN
     SELECT receipts[i], why[i] IS NULL, nullif(why[i], 'gone')
     FROM generate_series(1, cnt) i ORDER BY i;
 END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
+RETURNS TABLE (receipt text, deleted boolean, error text)
+LANGUAGE sql AS $$
+    SELECT * FROM queue_pg._delete_batch(queue_pg._queue(queue), receipts, 'receipts')
+$$;
 
 -- The shared body of change_visibility and update_message: new lease end counted from now,
 -- capped at max_lease after the receive that began the lease. timeout NULL keeps the lease as it
