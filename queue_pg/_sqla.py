@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from sqlalchemy.engine import Connection as SAConnection
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session, scoped_session
 
-    #: What ``session=`` accepts: an ORM session or a Core connection.
-    SessionLike: TypeAlias = Session | SAConnection
+    #: What ``session=`` accepts: an ORM session (or a scoped_session, such as Flask-SQLAlchemy's
+    #: ``db.session``) or a Core connection.
+    SessionLike: TypeAlias = Session | scoped_session[Any] | SAConnection
 
 __all__ = ["join", "psycopg_connection"]
 
@@ -33,8 +34,10 @@ def psycopg_connection(session: SessionLike) -> psycopg.Connection[Any]:
     a Core connection outside a transaction is made to begin one (as its next execute would).
     """
     from sqlalchemy.engine import Connection as SAConnection
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session, scoped_session
 
+    if isinstance(session, scoped_session):
+        session = session()  # this thread's (or app context's) session
     if isinstance(session, Session):
         sa_conn = session.connection()
     elif isinstance(session, SAConnection):

@@ -157,7 +157,9 @@ def test_enqueue_joins_atomic_and_autocommits_outside(
     assert [m[0] for m in messages(project)] == [msg_id, later]
 
 
-def test_worker_command_runs_the_jobs(project: str, client: queue_pg.Client) -> None:
+def test_worker_command_runs_the_jobs(
+    project: str, client: queue_pg.Client, tmp_path: Path
+) -> None:
     from django.test import Client
 
     ids = []
@@ -169,13 +171,17 @@ def test_worker_command_runs_the_jobs(project: str, client: queue_pg.Client) -> 
 
     env = {**os.environ, "DATABASE_URL": project,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    log = tmp_path / "worker.log"
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "queue_pg_worker", "--processes", "2", "--concurrency", "2",
          "--wait", "1", "--grace-period", "5"],
-        cwd=EXAMPLE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=EXAMPLE, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
+        # both processes ready before the stop: a worker process still starting up dies of
+        # SIGTERM (its handler is not installed yet) and the supervisor then exits 1
+        wait_until("two ready workers", lambda: log.read_text().count("ready: welcome") == 2)
         wait_until("every signup welcomed", lambda: query(
             project, "SELECT count(*) FROM signups_signup WHERE id = ANY(%s)"
                      " AND welcomed_at IS NOT NULL", ids)[0][0] == len(ids))
@@ -183,11 +189,12 @@ def test_worker_command_runs_the_jobs(project: str, client: queue_pg.Client) -> 
                    lambda: [m[0] for m in messages(project, "welcome-dlq")] == [bogus])
         wait_until("the queue empty", lambda: messages(project) == [])
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    out = log.read_bytes()
     assert proc.returncode == 0, out.decode()
     assert b"worker processes exited with [0, 0]" in out
     (reason,) = query(project, "SELECT attributes->>'dead_letter_reason' FROM queue_pg.messages"
