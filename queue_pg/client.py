@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool
 
 from queue_pg import _ops
 from queue_pg._ops import Call
+from queue_pg._sqla import join
 from queue_pg.errors import translate
 from queue_pg.types import (
     JSON,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from typing_extensions import Unpack
 
+    from queue_pg._sqla import SessionLike
     from queue_pg.migrate import MigrationResult
     from queue_pg.types import QueueSettings
 
@@ -127,7 +129,8 @@ class Client:
 
     Every method takes ``conn=``, a psycopg connection: the statement then runs on it inside the
     caller's transaction and is never committed by the client, so enqueueing can be atomic with
-    the caller's own writes.
+    the caller's own writes. ``send`` and ``send_batch`` also take ``session=``, a SQLAlchemy
+    Session or Connection, whose transaction they join the same way.
 
     ``sweep_interval`` (seconds, None = never): how often a receive also sweeps expired messages,
     so a queue nobody sweeps by hand still sheds them.
@@ -299,11 +302,15 @@ class Client:
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
         conn: Connection | None = None,
+        session: SessionLike | None = None,
     ) -> int:
-        """Enqueue one message; returns its id. delay / ttl None = the queue's settings."""
-        return self._run(
-            _ops.send(queue, body, delay, ttl, attributes, debounce=conn is None), conn
-        )
+        """Enqueue one message; returns its id. delay / ttl None = the queue's settings.
+
+        ``session``: a SQLAlchemy Session or Connection whose transaction the message joins
+        (psycopg 3 driver), like ``conn`` does for a psycopg connection."""
+        target = join(conn, session)
+        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None)
+        return self._run(call, target)
 
     def send_batch(
         self,
@@ -314,14 +321,16 @@ class Client:
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         conn: Connection | None = None,
+        session: SessionLike | None = None,
     ) -> list[int]:
         """Enqueue many messages in one statement (all or none); ids in input order.
 
         ``attributes``: one mapping for every message, or a list parallel to ``bodies``.
+        ``session``: as for :meth:`send`.
         """
-        return self._run(
-            _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=conn is None), conn
-        )
+        target = join(conn, session)
+        call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None)
+        return self._run(call, target)
 
     def receive(
         self,

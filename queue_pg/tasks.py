@@ -18,15 +18,18 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, overload
 
+from queue_pg._sqla import join
 from queue_pg.types import Seconds, seconds
 from queue_pg.worker import ERROR_KEY, STATE_KEY, Backoff, Reject, _JobBase
 
 if TYPE_CHECKING:
     import psycopg
 
+    from queue_pg._sqla import SessionLike
     from queue_pg.client import Client
 
 __all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
@@ -101,44 +104,64 @@ class Task:
         *,
         delay: Seconds | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        session: SessionLike | None = None,
         client: Client | None = None,
     ) -> int:
-        """Enqueue one run; returns the message id. With ``conn`` the message is part of the
-        caller's transaction. Arguments must be JSON and fit the function (else TypeError now,
-        not in the worker)."""
+        """Enqueue one run; returns the message id. With ``conn`` (a psycopg connection) or
+        ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
+        transaction; with neither, of the registry's ``connection()`` if it has one (Django's).
+        Arguments must be JSON and fit the function (else TypeError now, not in the worker)."""
         body = self.envelope(args, kwargs or {})
         attributes = {"type": self.name}
+        conn = join(conn, session)
+        if conn is None and client is None and self.registry.connection is not None:
+            conn = self.registry.connection()
         if client is None and conn is not None and self.registry.client is None:
             return _send_on(conn, self.queue, body, delay, attributes)
         c = client or self.registry.default_client()
         return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
 
     def enqueue(
-        self, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        conn: psycopg.Connection[Any] | None = None,
+        session: SessionLike | None = None,
+        **kwargs: Any,
     ) -> int:
-        """Enqueue ``func(*args, **kwargs)`` (``conn``: in the caller's transaction)."""
-        return self.send(args, kwargs, conn=conn)
+        """Enqueue ``func(*args, **kwargs)`` (``conn`` / ``session``: in the caller's
+        transaction)."""
+        return self.send(args, kwargs, conn=conn, session=session)
 
     def enqueue_in(
-        self, delay: Seconds, *args: Any, conn: psycopg.Connection[Any] | None = None, **kwargs: Any
+        self,
+        delay: Seconds,
+        *args: Any,
+        conn: psycopg.Connection[Any] | None = None,
+        session: SessionLike | None = None,
+        **kwargs: Any,
     ) -> int:
         """Enqueue to run no sooner than ``delay`` seconds from now."""
-        return self.send(args, kwargs, delay=delay, conn=conn)
+        return self.send(args, kwargs, delay=delay, conn=conn, session=session)
 
     # --- running (called by the workers) ----------------------------------------------------------
 
     def run_sync(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
-        result = self.func(*head, *args, **kwargs)
-        if inspect.isawaitable(result):  # an async task on the threaded worker
-            return asyncio.run(_await(result))
-        return result
+        with self.registry.job_context():
+            result = self.func(*head, *args, **kwargs)
+            if inspect.isawaitable(result):  # an async task on the threaded worker
+                return asyncio.run(_await(result))
+            return result
 
     async def run_async(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
         if inspect.iscoroutinefunction(self.func):
             return await self.func(*head, *args, **kwargs)
-        return await asyncio.to_thread(self.func, *head, *args, **kwargs)
+        return await asyncio.to_thread(self._in_context, *head, *args, **kwargs)
+
+    def _in_context(self, *args: Any, **kwargs: Any) -> Any:
+        with self.registry.job_context():
+            return self.func(*args, **kwargs)
 
 
 async def _await(result: Any) -> Any:
@@ -163,12 +186,38 @@ def _send_on(
 
 
 class Registry:
-    """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with."""
+    """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with.
+
+    Two hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
+    enqueue given no ``conn``, ``session`` or ``client``, returns the connection to send on (Django:
+    its own, so ``transaction.atomic()`` covers the enqueue); the job contexts wrap every run of
+    a plain (not ``async def``) task, in the thread that runs it (Flask: an app context;
+    Django: closing stale connections, as its request cycle does).
+    """
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
         self.client: Client | None = None
+        self.connection: Callable[[], psycopg.Connection[Any]] | None = None
+        self._job_contexts: dict[str, Callable[[], AbstractContextManager[Any]]] = {}
         self._lock = threading.Lock()
+
+    def set_job_context(
+        self, key: str, factory: Callable[[], AbstractContextManager[Any]] | None
+    ) -> None:
+        """Run every job inside ``factory()`` (None: no longer); one per key, the last wins."""
+        if factory is None:
+            self._job_contexts.pop(key, None)
+        else:
+            self._job_contexts[key] = factory
+
+    @contextmanager
+    def job_context(self) -> Iterator[None]:
+        """All job contexts entered, in the order their keys were first set."""
+        with ExitStack() as stack:
+            for factory in list(self._job_contexts.values()):
+                stack.enter_context(factory())
+            yield
 
     def register(self, task: Task) -> None:
         old = self.tasks.get(task.name)

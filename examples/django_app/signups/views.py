@@ -1,0 +1,26 @@
+from django.db import transaction
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from signups.models import Signup
+from signups.tasks import send_welcome
+
+
+@csrf_exempt
+@require_POST
+def signup(request: HttpRequest) -> JsonResponse:
+    """Create a signup and enqueue its welcome job in one transaction: a referral to an unknown
+    email fails the request after the enqueue, and rolls both back."""
+    try:
+        with transaction.atomic():
+            signup = Signup.objects.create(email=request.POST["email"])
+            message_id = send_welcome.enqueue(signup.id)
+            referred_by = request.POST.get("referred_by")
+            if referred_by:
+                referrer = Signup.objects.select_for_update().get(email=referred_by)
+                referrer.referrals += 1
+                referrer.save(update_fields=["referrals"])
+    except Signup.DoesNotExist:
+        return JsonResponse({"error": "unknown referrer"}, status=400)
+    return JsonResponse({"id": signup.id, "message_id": message_id}, status=201)

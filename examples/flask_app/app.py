@@ -1,0 +1,92 @@
+"""A Flask app that enqueues a welcome job in the same transaction as the signup row.
+
+    DATABASE_URL=postgresql://localhost/example flask --app app queue-pg migrate
+    flask --app app run                       # POST /signup email=ann@example.com
+    flask --app app queue-pg worker           # runs send_welcome
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import Flask, jsonify, request
+from flask.typing import ResponseReturnValue
+from flask_sqlalchemy import SQLAlchemy
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy import DateTime, String, select
+from sqlalchemy.engine import URL
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+import queue_pg
+from queue_pg.contrib.flask import QueuePG
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+db = SQLAlchemy(model_class=Base)
+qp = QueuePG()
+
+
+class Signup(db.Model):  # type: ignore[name-defined]
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    referrals: Mapped[int] = mapped_column(default=0)
+    welcomed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+@queue_pg.task(queue="welcome", name="send_welcome", retries=3)
+def send_welcome(signup_id: int) -> None:
+    """Would send the welcome mail; here it only records that it ran (in an app context)."""
+    signup = db.session.get(Signup, signup_id)
+    if signup is not None and signup.welcomed_at is None:
+        signup.welcomed_at = datetime.now(timezone.utc)
+        db.session.commit()
+
+
+def sqlalchemy_url(dsn: str) -> URL:
+    """A libpq DSN as a SQLAlchemy URL on the psycopg 3 driver (host and port as query
+    arguments, so a unix socket folder works too)."""
+    p = conninfo_to_dict(dsn)
+    return URL.create(
+        "postgresql+psycopg", username=p.pop("user", None), password=p.pop("password", None),
+        database=p.pop("dbname", None), query={k: str(v) for k, v in p.items()},
+    )
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    app = Flask(__name__)
+    dsn = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/queue_pg_example")
+    app.config["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(dsn)
+    app.config["QUEUE_PG_QUEUES"] = {
+        "welcome-dlq": {},
+        "welcome": {"dead_letter_queue": "welcome-dlq", "max_receive_count": 5},
+    }
+    app.config.update(config or {})
+    db.init_app(app)
+    qp.init_app(app)
+
+    @app.post("/signup")
+    def signup() -> ResponseReturnValue:
+        """The signup and its welcome job commit together; an unknown referrer rolls both
+        back."""
+        new = Signup(email=request.form["email"])
+        db.session.add(new)
+        db.session.flush()
+        message_id = qp.enqueue(send_welcome, new.id)  # in db.session's transaction
+        referred_by = request.form.get("referred_by")
+        if referred_by:
+            referrer = db.session.scalar(
+                select(Signup).filter_by(email=referred_by).with_for_update()
+            )
+            if referrer is None:
+                db.session.rollback()
+                return jsonify(error="unknown referrer"), 400
+            referrer.referrals += 1
+        db.session.commit()
+        return jsonify(id=new.id, message_id=message_id), 201
+
+    return app

@@ -1,0 +1,54 @@
+"""The app config: hooks enqueue and jobs into Django when Django starts (``ready``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class QueuePGConfig(AppConfig):
+    name = "queue_pg.contrib.django"
+    label = "queue_pg"
+    verbose_name = "Queues"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from queue_pg.contrib.django import conf, connection
+        from queue_pg.tasks import registry
+
+        settings = conf.get()
+        if settings.atomic:
+            registry.connection = connection
+        registry.set_job_context("django", _job_context)
+        post_migrate.connect(_sync_queues, sender=self, dispatch_uid="queue_pg.sync_queues")
+
+
+@contextmanager
+def _job_context() -> Iterator[None]:
+    """What Django's request cycle does around a request, around each job: close connections
+    that are broken or past CONN_MAX_AGE, so a long-running worker never keeps a dead one."""
+    from django.db import close_old_connections
+
+    close_old_connections()
+    try:
+        yield
+    finally:
+        close_old_connections()
+
+
+def _sync_queues(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    """After ``migrate``: create the queues of QUEUE_PG["QUEUES"] (unless our migration was
+    reversed and the schema is gone)."""
+    from queue_pg.contrib._common import ensure_queues, installed
+    from queue_pg.contrib.django import conf, connection
+
+    settings = conf.get()
+    if using != settings.database or not settings.queues:
+        return
+    conn = connection(using)
+    if installed(conn):
+        ensure_queues(conn, settings.queues)

@@ -1,0 +1,206 @@
+"""The Flask integration, through the example app in examples/flask_app.
+
+A fresh database; ``flask queue-pg migrate`` (through Flask's CLI runner) installs queue_pg and
+the configured queues, ``db.create_all()`` the app's table. Requests go through the app's test
+client; the worker is a real ``flask --app app queue-pg worker`` process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from conftest import new_database
+from flask import Flask
+
+import queue_pg
+from queue_pg.contrib.flask import QueuePG
+from queue_pg.migrate import current_revision, head_revision
+from queue_pg.tasks import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flask_app"
+T = TypeVar("T")
+
+
+def wait_until(what: str, check: Callable[[], T], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def example(server_dsn: str) -> Iterator[tuple[ModuleType, Flask, str]]:
+    """The example module, an app of it on a fresh migrated database, and that DSN."""
+    with new_database(server_dsn, "queue_pg_flask") as db:
+        sys.path.insert(0, str(EXAMPLE))
+        try:
+            module = importlib.import_module("app")
+            app = module.create_app({"SQLALCHEMY_DATABASE_URI": module.sqlalchemy_url(db)})
+            result = app.test_cli_runner().invoke(args=["queue-pg", "migrate"])
+            assert result.exit_code == 0, result.output
+            assert "queue_pg at" in result.output
+            with app.app_context():
+                module.db.create_all()
+            yield module, app, db
+            with app.app_context():
+                module.db.engine.dispose()
+            state = app.extensions["queue_pg"]
+            if state.client is not None:  # made by qp.send
+                state.client.close()
+        finally:
+            registry.set_job_context("flask", None)
+            registry.tasks.pop("send_welcome", None)
+            sys.modules.pop("app", None)
+            sys.path.remove(str(EXAMPLE))
+
+
+@pytest.fixture
+def app(example: tuple[ModuleType, Flask, str]) -> Flask:
+    _, app, db = example
+    with queue_pg.Client(db, sweep_interval=None) as c:
+        c.purge("welcome")
+        c.purge("welcome-dlq")
+    return app
+
+
+def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        return c.execute(sql, params or None).fetchall()
+
+
+def messages(dsn: str, queue: str = "welcome") -> list[tuple[Any, ...]]:
+    return query(
+        dsn, "SELECT m.id, m.body FROM queue_pg.messages m JOIN queue_pg.queues q"
+        " ON q.id = m.queue_id WHERE q.name = %s ORDER BY m.id", queue,
+    )
+
+
+def test_migrate_command_installs_schema_and_queues(
+    example: tuple[ModuleType, Flask, str],
+) -> None:
+    _, app, db = example
+    assert current_revision(db) == head_revision()
+    rows = query(db, "SELECT name, dead_letter_queue FROM queue_pg.queues ORDER BY name")
+    assert rows == [("welcome", "welcome-dlq"), ("welcome-dlq", None)]
+    # again: nothing to do, the queues stay as they are
+    result = app.test_cli_runner().invoke(args=["queue-pg", "migrate"])
+    assert result.exit_code == 0 and f"at {head_revision()} (was {head_revision()})" in (
+        result.output
+    )
+
+
+def test_request_commits_signup_and_job_together(
+    example: tuple[ModuleType, Flask, str], app: Flask
+) -> None:
+    db = example[2]
+    response = app.test_client().post("/signup", data={"email": "ann@example.com"})
+    assert response.status_code == 201, response.data
+    data = response.get_json()
+    assert messages(db) == [
+        (data["message_id"], {"task": "send_welcome", "args": [data["id"]], "kwargs": {}})
+    ]
+    assert query(db, "SELECT email FROM signup WHERE id = %s", data["id"]) == [
+        ("ann@example.com",)
+    ]
+
+
+def test_failed_request_leaves_neither_signup_nor_job(
+    example: tuple[ModuleType, Flask, str], app: Flask
+) -> None:
+    db = example[2]
+    response = app.test_client().post(
+        "/signup", data={"email": "bob@example.com", "referred_by": "nobody@example.com"}
+    )
+    assert response.status_code == 400
+    assert messages(db) == []
+    assert query(db, "SELECT id FROM signup WHERE email = 'bob@example.com'") == []
+
+
+def test_enqueue_is_in_the_session_until_commit(
+    example: tuple[ModuleType, Flask, str], app: Flask
+) -> None:
+    module, _, db = example
+    qp: QueuePG = module.qp
+    with app.app_context():
+        msg_id = qp.enqueue(module.send_welcome, 1)
+        sent = qp.send("welcome", {"n": 2}, attributes={"type": "plain"})
+        assert messages(db) == []  # not committed yet: nobody else sees them
+        module.db.session.commit()
+    assert [m[0] for m in messages(db)] == [msg_id, sent]
+    with app.app_context():
+        qp.enqueue(module.send_welcome, 3)
+        module.db.session.rollback()
+    with app.app_context():
+        qp.enqueue(module.send_welcome, 4)
+        # app context ends without a commit: Flask-SQLAlchemy removes the session
+    assert [m[0] for m in messages(db)] == [msg_id, sent]
+
+
+def test_dsn_from_config(example: tuple[ModuleType, Flask, str]) -> None:
+    _, app, db = example
+    assert psycopg.conninfo.conninfo_to_dict(QueuePG.dsn(app))["dbname"] == (
+        psycopg.conninfo.conninfo_to_dict(db)["dbname"]
+    )
+    other = Flask("other")
+    other.config.update(QUEUE_PG_DSN="postgresql://q@h/queues",
+                        SQLALCHEMY_DATABASE_URI="postgresql+psycopg://a@b/app")
+    assert QueuePG.dsn(other) == "postgresql://q@h/queues"
+    other.config.update(QUEUE_PG_DSN=None)
+    assert QueuePG.dsn(other) == "postgresql://a@b/app"
+
+
+def test_worker_command_runs_the_jobs(
+    example: tuple[ModuleType, Flask, str], app: Flask, tmp_path: Path
+) -> None:
+    db = example[2]
+    web = app.test_client()
+    ids = []
+    for n in range(4):
+        response = web.post("/signup", data={"email": f"w{n}@example.com"})
+        assert response.status_code == 201
+        ids.append(response.get_json()["id"])
+
+    env = {**os.environ, "DATABASE_URL": db,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("QUEUE_PG_DSN", None)
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flask", "--app", "app", "queue-pg", "worker", "--processes", "2",
+         "--concurrency", "2", "--wait", "1", "--grace-period", "5"],
+        cwd=EXAMPLE, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        # both processes ready before the stop: a worker process still starting up dies of
+        # SIGTERM (its handler is not installed yet) and the supervisor then exits 1
+        wait_until("two ready workers", lambda: log.read_text().count("ready: welcome") == 2)
+        wait_until("every signup welcomed", lambda: query(
+            db, "SELECT count(*) FROM signup WHERE id = ANY(%s) AND welcomed_at IS NOT NULL",
+            ids)[0][0] == len(ids))
+        wait_until("the queue empty", lambda: messages(db) == [])
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_bytes()
+    assert proc.returncode == 0, out.decode()
+    assert b"worker processes exited with [0, 0]" in out
+    assert b"succeeded=" in out and b"rejected=0" in out
