@@ -124,7 +124,7 @@ CREATE OR REPLACE FUNCTION queue_pg._receive(
 ) RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     vt double precision := coalesce(visibility_timeout, q.visibility_timeout);
     w double precision := coalesce(wait, q.receive_wait);
     deadline timestamptz;

@@ -41,7 +41,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.delete_message(queue text, receipt text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
     n timestamptz := queue_pg.now();
     m queue_pg.messages;
@@ -70,7 +70,7 @@ CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
 RETURNS TABLE (receipt text, deleted boolean, error text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     key bytea := queue_pg._key();
     n timestamptz := queue_pg.now();
     cnt integer := coalesce(cardinality(receipts), 0);
@@ -186,7 +186,7 @@ CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, 
                                                       release boolean DEFAULT false)
 RETURNS timestamptz
 LANGUAGE sql AS $$
-    SELECT (queue_pg._relet(queue_pg._queue(queue), receipt, timeout, NULL, NULL, release,
+    SELECT (queue_pg._relet(queue_pg._queue(queue, 'receive'), receipt, timeout, NULL, NULL, release,
                             'timeout')).visible_until
 $$;
 
@@ -197,7 +197,7 @@ CREATE OR REPLACE FUNCTION queue_pg.update_message(queue text, receipt text, bod
                                                    attributes jsonb DEFAULT NULL)
 RETURNS queue_pg.message
 LANGUAGE sql AS $$
-    SELECT queue_pg._relet(queue_pg._queue(queue), receipt, visibility_timeout, body, attributes,
+    SELECT queue_pg._relet(queue_pg._queue(queue, 'receive'), receipt, visibility_timeout, body, attributes,
                            false, 'visibility_timeout')
 $$;
 
@@ -207,7 +207,7 @@ CREATE OR REPLACE FUNCTION queue_pg.dead_letter(queue text, receipt text, reason
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
     n timestamptz := queue_pg.now();
     found_id bigint;
