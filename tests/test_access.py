@@ -18,7 +18,15 @@ from click.testing import CliRunner, Result
 from psycopg import conninfo
 from psycopg import sql as psql
 
-from queue_pg import AccessDenied, Client, InvalidParameter, InvalidReceipt, QueueNotFound, cli
+from queue_pg import (
+    AccessDenied,
+    AsyncClient,
+    Client,
+    InvalidParameter,
+    InvalidReceipt,
+    QueueNotFound,
+    cli,
+)
 from queue_pg.errors import translate
 from queue_pg.migrate import head_revision, migrate
 
@@ -679,3 +687,24 @@ def test_cli_grant_revoke_and_grants(clean: str, admin: Client, make_role: MakeR
     assert "not granted" in run(clean, "revoke", "jobs", consumer.name, "receive").stdout
     assert "no grants" in run(clean, "grants").stderr
     run(consumer.dsn, "peek", "jobs", code=1)
+
+
+async def test_async_client_grants_and_long_polls_as_a_consumer(
+    admin: Client, make_role: MakeRole, snapshot: Callable[[], Any], clean: str
+) -> None:
+    admin.create_queue("jobs")
+    consumer = make_role("consumer", CONSUMER)
+    async with AsyncClient(clean, sweep_interval=None) as a:
+        assert await a.grant("jobs", consumer.name, "receive") is True
+        [g] = await a.list_grants()
+        assert (g.role, g.privilege) == (consumer.name, "receive")
+        async with AsyncClient(consumer.dsn, sweep_interval=None) as c:
+            assert await c.receive("jobs", wait=0.2) == []  # long poll: channel, LISTEN
+            admin.send("jobs", "late")
+            [m] = await c.receive("jobs", wait=2)
+            assert await c.delete("jobs", m.receipt or "") is True
+            assert await a.revoke("jobs", consumer.name, "receive") is True
+            before = snapshot()
+            with pytest.raises(AccessDenied, match="needs privilege receive"):
+                await c.receive("jobs", wait=0.2)
+            assert snapshot() == before
