@@ -31,7 +31,7 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg.grant(text, text, text), queue_pg.revoke(text, text, text),
             queue_pg.list_grants(text), queue_pg._grant(text, text, text, boolean),
             queue_pg._queue(text, text), queue_pg._authorize(integer, text, text),
-            queue_pg._denied(integer, text), queue_pg._in_group(name, text), queue_pg._caller();
+            queue_pg._denied(integer, text), queue_pg._caller();
         DROP TABLE queue_pg.grants;
         DROP TYPE queue_pg.grant_info;
         ALTER VIEW queue_pg.queue_stats RESET (security_barrier);

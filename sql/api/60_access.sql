@@ -10,19 +10,14 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name
 $$;
 
--- Whether role `who` has the privileges of group role `grp` (false when the group is missing).
-CREATE OR REPLACE FUNCTION queue_pg._in_group(who name, grp text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                   WHERE r.rolname = grp AND pg_catalog.pg_has_role(who, r.oid, 'USAGE'))
-$$;
-
 -- Why the caller may not do `need` on a queue, or NULL when it may. The whole rule, in one place:
 --   superusers, the owner (and roles with its privileges) and queue_pg_admin: everything;
 --   'create' (a queue): nobody else;
 --   'send' / 'receive' / 'manage': a grant of that privilege on the queue (queue_pg.grant) to
 --   the caller or a role whose privileges it has, and for send membership of queue_pg_producer,
---   for receive of queue_pg_consumer. The superuser test comes first: it reads a setting only.
+--   for receive of queue_pg_consumer.
+-- Cheap on purpose (it runs at the start of most calls): the superuser test reads a setting, the
+-- others use the role caches (to_regrole, pg_has_role), not the pg_roles view.
 CREATE OR REPLACE FUNCTION queue_pg._denied(queue_id integer, need text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -34,7 +29,8 @@ BEGIN
         RETURN NULL;
     END IF;
     caller := queue_pg._caller();
-    IF pg_has_role(caller, current_user, 'USAGE') OR queue_pg._in_group(caller, 'queue_pg_admin') THEN
+    IF pg_has_role(caller, current_user, 'USAGE')
+       OR coalesce(pg_has_role(caller, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
         RETURN NULL;
     END IF;
     IF need = 'create' THEN
@@ -46,7 +42,7 @@ BEGIN
                      AND pg_has_role(caller, g.role, 'USAGE')) THEN
         why := format('no %s grant on the queue for the role or a role it belongs to', need);
     END IF;
-    IF grp IS NOT NULL AND NOT queue_pg._in_group(caller, grp) THEN
+    IF grp IS NOT NULL AND NOT coalesce(pg_has_role(caller, to_regrole(grp), 'USAGE'), false) THEN
         why := concat_ws('; ', why, format('not a member of %s', grp));
     END IF;
     RETURN why;
