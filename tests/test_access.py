@@ -687,6 +687,9 @@ def test_cli_grant_revoke_and_grants(clean: str, admin: Client, make_role: MakeR
     assert "not granted" in run(clean, "revoke", "jobs", consumer.name, "receive").stdout
     assert "no grants" in run(clean, "grants").stderr
     run(consumer.dsn, "peek", "jobs", code=1)
+    # after a DBA made missing roles: re-apply the functions and their grants
+    assert "(functions re-applied)" in run(clean, "migrate", "--reapply-api").stdout
+    assert "(functions re-applied)" not in run(clean, "migrate").stdout
 
 
 async def test_async_client_grants_and_long_polls_as_a_consumer(
