@@ -13,6 +13,7 @@ from typing import Any
 from queue_pg.aio import AsyncClient
 from queue_pg.client import Client, _safe_dsn
 from queue_pg.errors import (
+    AccessDenied,
     InvalidParameter,
     InvalidReceipt,
     LeaseLimitExceeded,
@@ -26,7 +27,15 @@ from queue_pg.errors import (
     StaleReceipt,
 )
 from queue_pg.tasks import task as task
-from queue_pg.types import DeleteResult, Message, QueueConfig, QueueSettings, QueueStats, Seconds
+from queue_pg.types import (
+    DeleteResult,
+    Grant,
+    Message,
+    QueueConfig,
+    QueueSettings,
+    QueueStats,
+    Seconds,
+)
 from queue_pg.worker import AsyncWorker, Job, LeaseLost, Reject, Worker
 
 try:  # the version lives in pyproject.toml only
@@ -35,10 +44,12 @@ except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "AccessDenied",
     "AsyncClient",
     "AsyncWorker",
     "Client",
     "DeleteResult",
+    "Grant",
     "InvalidParameter",
     "InvalidReceipt",
     "Job",

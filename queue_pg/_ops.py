@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from queue_pg.types import (
     JSON,
     DeleteResult,
+    Grant,
     Message,
     QueueConfig,
     QueueStats,
@@ -61,6 +62,7 @@ message = _record(Message)
 queue_config = _record(QueueConfig)
 queue_stats = _record(QueueStats)
 delete_result = _record(DeleteResult)
+grant_info = _record(Grant)
 
 
 def _one(build: Callable[[Row], D]) -> Callable[[Rows], D]:
@@ -371,6 +373,31 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
 
 def channel(queue: str) -> Call[str]:
     return Call("select queue_pg.channel(%(queue)s) as result", {"queue": queue}, _str)
+
+
+# --- access ---------------------------------------------------------------------------------
+
+
+def grant(queue: str, role: str, privilege: str) -> Call[bool]:
+    return Call(
+        "select queue_pg.grant(%(queue)s, %(role)s::text, %(privilege)s::text) as result",
+        {"queue": queue, "role": role, "privilege": privilege},
+        _bool,
+    )
+
+
+def revoke(queue: str, role: str, privilege: str) -> Call[bool]:
+    return Call(
+        "select queue_pg.revoke(%(queue)s, %(role)s::text, %(privilege)s::text) as result",
+        {"queue": queue, "role": role, "privilege": privilege},
+        _bool,
+    )
+
+
+def list_grants(queue: str | None = None) -> Call[list[Grant]]:
+    return Call(
+        "select * from queue_pg.list_grants(%(queue)s::text)", {"queue": queue}, _many(grant_info)
+    )
 
 
 # --- LISTEN ---------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from queue_pg.errors import translate
 from queue_pg.types import (
     JSON,
     DeleteResult,
+    Grant,
     Message,
     QueueConfig,
     QueueStats,
@@ -474,3 +475,20 @@ class AsyncClient:
         conn: AsyncConnection | None = None,
     ) -> int:
         return await self._run(_ops.redrive(dlq, to, limit), conn)
+
+    # --- access ---------------------------------------------------------------------------------
+
+    async def grant(
+        self, queue: str, role: str, privilege: str, *, conn: AsyncConnection | None = None
+    ) -> bool:
+        return await self._run(_ops.grant(queue, role, privilege), conn)
+
+    async def revoke(
+        self, queue: str, role: str, privilege: str, *, conn: AsyncConnection | None = None
+    ) -> bool:
+        return await self._run(_ops.revoke(queue, role, privilege), conn)
+
+    async def list_grants(
+        self, queue: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> list[Grant]:
+        return await self._run(_ops.list_grants(queue), conn)

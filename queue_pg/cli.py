@@ -356,12 +356,15 @@ def given(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 @main.command()
+@click.option("--reapply-api", is_flag=True,
+              help="Re-create the functions and their grants even if unchanged (e.g. after a DBA"
+                   " created the queue_pg_* roles).")
 @pass_state
-def migrate(state: State) -> None:
+def migrate(state: State, reapply_api: bool) -> None:
     """Install or upgrade the queue_pg schema in the database (safe to re-run)."""
     from queue_pg.migrate import migrate as run_migrate
 
-    result = run_migrate(state.dsn)
+    result = run_migrate(state.dsn, reapply_api=True if reapply_api else None)
     if result.before is None:
         out().print(f"installed queue_pg (revision {result.after})")
     elif result.upgraded:
@@ -576,6 +579,50 @@ def sweep(state: State) -> None:
     """Delete expired messages now (one bounded batch)."""
     n = state.client.sweep()
     out().print(f"swept {n} expired message{'s' * (n != 1)}")
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("role")
+@click.argument("privilege")
+@pass_state
+def grant(state: State, queue: str, role: str, privilege: str) -> None:
+    """Let ROLE PRIVILEGE QUEUE: send, receive or manage (needs manage on QUEUE, or admin).
+
+    ROLE must also be a member of queue_pg_producer to send, of queue_pg_consumer to receive.
+    """
+    done = state.client.grant(queue, role, privilege)
+    out().print(f"{'granted' if done else 'already granted:'} {escape(privilege)} on "
+                f"{escape(queue)} to {escape(role)}")
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("role")
+@click.argument("privilege")
+@pass_state
+def revoke(state: State, queue: str, role: str, privilege: str) -> None:
+    """Take back ROLE's PRIVILEGE on QUEUE (send, receive or manage)."""
+    done = state.client.revoke(queue, role, privilege)
+    out().print(f"{'revoked' if done else 'not granted:'} {escape(privilege)} on "
+                f"{escape(queue)} from {escape(role)}")
+
+
+@main.command()
+@click.argument("queue", required=False)
+@pass_state
+def grants(state: State, queue: str | None) -> None:
+    """The grants of QUEUE (default: of every queue you manage)."""
+    rows = state.client.list_grants(queue)
+    if not rows:
+        err().print("[dim]no grants[/dim]")
+        return
+    table = Table()
+    for name in ("queue", "role", "privilege", "granted at"):
+        table.add_column(name)
+    for g in rows:
+        table.add_row(escape(g.queue), escape(g.role), g.privilege, fmt_time(g.granted_at))
+    out().print(table)
 
 
 @main.command()

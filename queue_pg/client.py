@@ -27,6 +27,7 @@ from queue_pg.errors import translate
 from queue_pg.types import (
     JSON,
     DeleteResult,
+    Grant,
     Message,
     QueueConfig,
     QueueStats,
@@ -551,3 +552,24 @@ class Client:
     ) -> int:
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
+
+    # --- access ---------------------------------------------------------------------------------
+
+    def grant(
+        self, queue: str, role: str, privilege: str, *, conn: Connection | None = None
+    ) -> bool:
+        """Let ``role`` (and the roles that have its privileges) ``privilege`` the queue: "send",
+        "receive" or "manage". True when granted now, False when it already was."""
+        return self._run(_ops.grant(queue, role, privilege), conn)
+
+    def revoke(
+        self, queue: str, role: str, privilege: str, *, conn: Connection | None = None
+    ) -> bool:
+        """Take a grant back; True when it existed."""
+        return self._run(_ops.revoke(queue, role, privilege), conn)
+
+    def list_grants(
+        self, queue: str | None = None, *, conn: Connection | None = None
+    ) -> list[Grant]:
+        """The grants of ``queue`` (None: of every queue the caller manages)."""
+        return self._run(_ops.list_grants(queue), conn)

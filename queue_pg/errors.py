@@ -2,8 +2,9 @@
 
 The SQL functions raise their own SQLSTATE codes (class ``QP``, see docs/design.md); the clients
 map them here so callers catch ``queue_pg.StaleReceipt`` instead of parsing messages. Only those
-codes and a few of PostgreSQL's bad-input codes are mapped: every other database error (lost
-connection, deadlock, ...) is not a queue error and propagates as psycopg raised it.
+codes, a few of PostgreSQL's bad-input codes and its "permission denied" are mapped: every other
+database error (lost connection, deadlock, ...) is not a queue error and propagates as psycopg
+raised it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from psycopg.errors import Diagnostic
 
 __all__ = [
     "SQLSTATE_ERRORS",
+    "AccessDenied",
     "InvalidParameter",
     "InvalidReceipt",
     "LeaseLimitExceeded",
@@ -98,6 +100,14 @@ class QueueInUse(QueueError):
     """drop_queue of a queue that is another queue's dead_letter_queue (QP010)."""
 
 
+class AccessDenied(QueueError):
+    """The caller may not do this (QP011): no grant on the queue, or not in the group role.
+
+    Also PostgreSQL's own ``insufficient_privilege`` (42501), raised before our check when the
+    role may not even call the function (it is in none of the group roles that may).
+    """
+
+
 #: SQLSTATE -> exception class. The QP codes are ours; the others are PostgreSQL's bad-input
 #: errors that fire before our checks do (``\u0000`` in jsonb, an int out of range, ...).
 SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
@@ -111,6 +121,8 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP008": OverLimit,
     "QP009": MessageNotFound,
     "QP010": QueueInUse,
+    "QP011": AccessDenied,
+    "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire
     "22P02": InvalidParameter,  # invalid_text_representation

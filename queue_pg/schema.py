@@ -38,10 +38,11 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB
+from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, OID
 
 __all__ = [
     "SCHEMA",
+    "grants",
     "in_flight",
     "include_name",
     "include_object",
@@ -176,6 +177,27 @@ message_history = Table(
     ),
     Index("message_history_queue", "queue_id", "finished_at"),
     postgresql_partition_by="RANGE (finished_at)",
+)
+
+
+grants = Table(
+    "grants",
+    metadata,
+    Column(
+        "queue_id",
+        Integer,
+        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name="grants_queue_id_fkey"),
+        nullable=False,
+    ),
+    Column("role", OID, nullable=False),  # pg_roles.oid
+    Column("privilege", Text, nullable=False),
+    Column(
+        "granted_at", TIMESTAMPTZ, nullable=False, server_default=text("statement_timestamp()")
+    ),
+    PrimaryKeyConstraint("queue_id", "role", "privilege", name="grants_pkey"),
+    CheckConstraint(
+        "privilege IN ('send', 'receive', 'manage')", name="grants_privilege_check"
+    ),
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias, TypedDict
 __all__ = [
     "JSON",
     "DeleteResult",
+    "Grant",
     "Message",
     "QueueConfig",
     "QueueSettings",
@@ -112,6 +113,17 @@ class DeleteResult:
     receipt: str
     deleted: bool
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One per-queue grant (``list_grants``): ``role`` may ``privilege`` (send, receive, manage)
+    on ``queue``, and so may every role that has the privileges of ``role``."""
+
+    queue: str
+    role: str
+    privilege: str
+    granted_at: datetime
 
 
 class QueueSettings(TypedDict, total=False):

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import CheckConstraint, Column, Integer, MetaData, Table, inspect, text
@@ -26,6 +27,7 @@ import queue_pg
 from queue_pg import schema
 from queue_pg.migrate import (
     MigrationResult,
+    alembic_config,
     current_revision,
     head_revision,
     install_script,
@@ -124,6 +126,49 @@ def test_migrate_through_a_psycopg_connection_hands_it_back(scratch: str) -> Non
         assert c.autocommit and not c.closed
         assert c.execute("SELECT count(*) FROM queue_pg.queues").fetchone() == (0,)
     roundtrip(scratch)
+
+
+def downgrade(dsn: str, revision: str) -> None:
+    engine = make_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            command.downgrade(alembic_config(connection=conn), revision)
+    finally:
+        engine.dispose()
+
+
+def test_downgrade_of_access_control_and_up_again(scratch: str) -> None:
+    migrate(scratch)
+    with queue_pg.Client(scratch, sweep_interval=None) as client:
+        client.create_queue("jobs")
+        mid = client.send("jobs", "kept")
+        client.grant("jobs", "queue_pg_consumer", "receive")
+    downgrade(scratch, "0001")
+    assert current_revision(scratch) == "0001"
+    with psycopg.connect(scratch, autocommit=True) as c:
+        assert c.execute("SELECT to_regclass('queue_pg.grants')").fetchone() == (None,)
+        # 0001's access again: functions run as their caller, PUBLIC may call them, and the
+        # group roles (which stay: they are the cluster's) hold nothing here
+        assert c.execute(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'queue_pg'::regnamespace"
+            " AND (prosecdef OR proconfig IS NOT NULL)"
+        ).fetchone() == (0,)
+        assert c.execute(
+            "SELECT has_function_privilege('queue_pg_producer', 'queue_pg.peek(text, int)',"
+            " 'EXECUTE'), has_schema_privilege('queue_pg_producer', 'queue_pg', 'USAGE')"
+        ).fetchone() == (True, False)
+        assert c.execute(
+            "SELECT count(*) FROM pg_roles WHERE rolname ~ '^queue_pg_(admin|producer|consumer)$'"
+        ).fetchone() == (3,)
+        assert c.execute("SELECT id, body FROM queue_pg.messages").fetchall() == [(mid, "kept")]
+    again = migrate(scratch)
+    assert (again.before, again.after, again.api_applied) == ("0001", head_revision(), True)
+    with queue_pg.Client(scratch, sweep_interval=None) as client:
+        assert client.list_grants() == []
+        assert [m.id for m in client.peek("jobs")] == [mid]
+    roundtrip(scratch, "jobs2")
+    downgrade(scratch, "base")
+    assert current_revision(scratch) is None
 
 
 def test_install_script_gives_a_working_install_that_migrate_leaves_alone(scratch: str) -> None:

@@ -3,11 +3,14 @@
 -- The server's clock, moved by the session setting queue_pg.time_offset (an interval) so tests and
 -- the model checker can make time pass; a session setting moves only that session's clock.
 -- clock_timestamp, not now(): a long poll and a long transaction must see time go on.
+-- plpgsql, not sql: as a SECURITY DEFINER entry point (the view calls it) a sql function would be
+-- planned anew on every call.
 CREATE OR REPLACE FUNCTION queue_pg.now() RETURNS timestamptz
-LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
-    SELECT clock_timestamp()
-         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0')
-$$;
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+BEGIN
+    RETURN clock_timestamp()
+         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0');
+END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._raise(code text, msg text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -59,12 +62,30 @@ BEGIN
     RETURN q;
 END $$;
 
+-- The queue row by name for a caller who needs `need` ('send', 'receive' or 'manage') on it:
+-- QueueNotFound, else AccessDenied (the rule is queue_pg._denied, sql/api/60_access.sql). A
+-- superuser, the usual owner, skips the call: this runs at the start of every operation.
+CREATE OR REPLACE FUNCTION queue_pg._queue(name text, need text) RETURNS queue_pg.queues
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues;
+BEGIN
+    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = _queue.name;
+    IF NOT FOUND THEN
+        PERFORM queue_pg._queue(name);  -- QueueNotFound
+    END IF;
+    IF current_setting('is_superuser') <> 'on' THEN
+        PERFORM queue_pg._authorize(q.id, q.name, need);
+    END IF;
+    RETURN q;
+END $$;
+
 -- LISTEN channel of a queue; send notifies it when a message is visible at once.
 CREATE OR REPLACE FUNCTION queue_pg._channel(queue_id integer) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 'queue_pg_' || queue_id $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.channel(queue text) RETURNS text
-LANGUAGE sql STABLE AS $$ SELECT queue_pg._channel((queue_pg._queue(queue)).id) $$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN queue_pg._channel((queue_pg._queue(queue)).id); END $$;
 
 -- Counters that must survive the rollback of the statement that counts them (a refused receipt
 -- raises, and the refusal must still be counted): sequences are not transactional.
@@ -76,10 +97,16 @@ RETURNS void LANGUAGE sql AS $$
     SELECT count(nextval(queue_pg._counter(kind, queue_id))) FROM generate_series(1, n)
 $$;
 
+-- Called by the view queue_stats as its reader: a SECURITY DEFINER entry point (sql/api/60_access.sql),
+-- so it reads only these two kinds of counter.
 CREATE OR REPLACE FUNCTION queue_pg._counted(kind text, queue_id integer) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(pg_sequence_last_value(queue_pg._counter(kind, queue_id)), 0)
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF kind NOT IN ('stale_receipts', 'lease_expiries') THEN
+        RETURN NULL;
+    END IF;
+    RETURN coalesce(pg_sequence_last_value(queue_pg._counter(kind, queue_id)), 0);
+END $$;
 
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's
 -- secret, 64 bits) makes a forged or altered receipt detectable without looking the message up.

@@ -120,6 +120,7 @@ DECLARE
     old queue_pg.queues;
     diff text;
 BEGIN
+    PERFORM queue_pg._authorize(NULL, create_queue.name, 'create');
     q.name := create_queue.name;
     q.visibility_timeout := create_queue.visibility_timeout;
     q.message_ttl := create_queue.message_ttl;
@@ -202,6 +203,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM queue_pg._queue(alter_queue.name);
     END IF;
+    PERFORM queue_pg._authorize(q.id, q.name, 'manage');
     q.visibility_timeout := coalesce(alter_queue.visibility_timeout, q.visibility_timeout);
     q.message_ttl := coalesce(alter_queue.message_ttl, q.message_ttl);
     q.delay := coalesce(alter_queue.delay, q.delay);
@@ -226,6 +228,9 @@ BEGIN
         END CASE;
     END LOOP;
     PERFORM queue_pg._validate(q);
+    IF alter_queue.dead_letter_queue IS NOT NULL THEN  -- linking queues: manage both
+        PERFORM queue_pg._queue(alter_queue.dead_letter_queue, 'manage');
+    END IF;
     UPDATE queue_pg.queues t SET
         visibility_timeout = q.visibility_timeout, message_ttl = q.message_ttl, delay = q.delay,
         max_message_size = q.max_message_size, receive_wait = q.receive_wait, max_lease = q.max_lease,
@@ -250,6 +255,7 @@ BEGIN
         END IF;
         PERFORM queue_pg._queue(drop_queue.name);
     END IF;
+    PERFORM queue_pg._authorize(q.id, q.name, 'manage');
     SELECT string_agg(quote_literal(u.name), ', ') INTO users
     FROM queue_pg.queues u WHERE u.dead_letter_queue = q.name;
     IF users IS NOT NULL THEN
@@ -269,7 +275,7 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.list_queues() RETURNS SETOF queue_pg.queues
-LANGUAGE sql STABLE AS $$ SELECT * FROM queue_pg.queues ORDER BY name $$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN QUERY SELECT * FROM queue_pg.queues ORDER BY name; END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.get_queue(name text) RETURNS SETOF queue_pg.queues
-LANGUAGE sql STABLE AS $$ SELECT * FROM queue_pg._queue(name) $$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN NEXT queue_pg._queue(name); END $$;

@@ -70,7 +70,7 @@ CREATE OR REPLACE FUNCTION queue_pg.send(
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
     d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
     t double precision := coalesce(ttl, q.message_ttl);
     n timestamptz := queue_pg.now();
@@ -98,7 +98,7 @@ CREATE OR REPLACE FUNCTION queue_pg.send_batch(
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
     d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
     t double precision := coalesce(ttl, q.message_ttl);
     n timestamptz := queue_pg.now();

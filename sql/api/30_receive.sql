@@ -152,7 +152,7 @@ CREATE OR REPLACE FUNCTION queue_pg._receive(
 ) RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     vt double precision := coalesce(visibility_timeout, q.visibility_timeout);
     w double precision := coalesce(wait, q.receive_wait);
     deadline timestamptz;
@@ -196,6 +196,7 @@ CREATE OR REPLACE FUNCTION queue_pg.receive(
     wait double precision DEFAULT NULL,
     "delete" text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.message
-LANGUAGE sql AS $$
-    SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true, "delete")
-$$;
+LANGUAGE plpgsql AS $$  -- plpgsql: a SECURITY DEFINER sql function is re-planned every call
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true, "delete");
+END $$;

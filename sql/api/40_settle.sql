@@ -41,7 +41,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.delete_message(queue text, receipt text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
     n timestamptz := queue_pg.now();
     m queue_pg.messages;
@@ -119,9 +119,10 @@ END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
 RETURNS TABLE (receipt text, deleted boolean, error text)
-LANGUAGE sql AS $$
-    SELECT * FROM queue_pg._delete_batch(queue_pg._queue(queue), receipts, 'receipts')
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._delete_batch(queue_pg._queue(queue, 'receive'), receipts, 'receipts');
+END $$;
 
 -- The shared body of change_visibility and update_message: new lease end counted from now,
 -- capped at max_lease after the receive that began the lease. timeout NULL keeps the lease as it
@@ -191,10 +192,11 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, timeout double precision,
                                                       release boolean DEFAULT false)
 RETURNS timestamptz
-LANGUAGE sql AS $$
-    SELECT (queue_pg._relet(queue_pg._queue(queue), receipt, timeout, NULL, NULL, release,
-                            'timeout')).visible_until
-$$;
+LANGUAGE plpgsql AS $$  -- plpgsql: a SECURITY DEFINER sql function is re-planned every call
+BEGIN
+    RETURN (queue_pg._relet(queue_pg._queue(queue, 'receive'), receipt, timeout, NULL, NULL, release,
+                            'timeout')).visible_until;
+END $$;
 
 -- Azure Update Message: new visibility and, optionally, new content; the receipt stays valid.
 -- visibility_timeout NULL keeps the lease as it is; attributes are merged into the message's.
@@ -202,10 +204,11 @@ CREATE OR REPLACE FUNCTION queue_pg.update_message(queue text, receipt text, bod
                                                    visibility_timeout double precision DEFAULT 0,
                                                    attributes jsonb DEFAULT NULL)
 RETURNS queue_pg.message
-LANGUAGE sql AS $$
-    SELECT queue_pg._relet(queue_pg._queue(queue), receipt, visibility_timeout, body, attributes,
-                           false, 'visibility_timeout')
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN queue_pg._relet(queue_pg._queue(queue, 'receive'), receipt, visibility_timeout, body, attributes,
+                           false, 'visibility_timeout');
+END $$;
 
 -- Dead-letters a message now, under its current receipt: for work that can never succeed (an
 -- unknown task, arguments that do not fit), so it does not go round until max_receive_count.
@@ -213,7 +216,7 @@ CREATE OR REPLACE FUNCTION queue_pg.dead_letter(queue text, receipt text, reason
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
     n timestamptz := queue_pg.now();
     found_id bigint;

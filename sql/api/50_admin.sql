@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION queue_pg.peek(queue text, n integer DEFAULT 1)
 RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
     at timestamptz := queue_pg.now();
 BEGIN
     PERFORM queue_pg._check('n', n, 1, 1000, 'messages');
@@ -22,7 +22,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.purge(queue text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
     at timestamptz := queue_pg.now();
     cnt bigint;
 BEGIN
@@ -126,14 +126,14 @@ CREATE OR REPLACE FUNCTION queue_pg.redrive(dlq text, "to" text DEFAULT NULL, "l
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    d queue_pg.queues := queue_pg._queue(dlq);
+    d queue_pg.queues := queue_pg._queue(dlq, 'manage');
     target queue_pg.queues;
     at timestamptz := queue_pg.now();
     cnt bigint;
     qids integer[];
 BEGIN
     IF "to" IS NOT NULL THEN
-        target := queue_pg._queue("to");
+        target := queue_pg._queue("to", 'manage');
     END IF;
     IF "limit" IS NOT NULL THEN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');

@@ -1,0 +1,188 @@
+-- Access control: who may do what on which queue, grants, and (last, on every apply) the
+-- SECURITY DEFINER / search_path / EXECUTE settings of every function. Must stay the last api
+-- file: CREATE OR REPLACE in the files before it resets those settings.
+
+-- The caller: the role the session is SET ROLE to, else the session user. Inside a SECURITY
+-- DEFINER function current_user is the owner, but the `role` setting and session_user still name
+-- whoever called (a caller's own SECURITY DEFINER function is seen as its session, not its owner).
+CREATE OR REPLACE FUNCTION queue_pg._caller() RETURNS name
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name
+$$;
+
+-- Why the caller may not do `need` on a queue, or NULL when it may. The whole rule, in one place:
+--   superusers, the owner (and roles with its privileges) and queue_pg_admin: everything;
+--   'create' (a queue): nobody else;
+--   'send' / 'receive' / 'manage': a grant of that privilege on the queue (queue_pg.grant) to
+--   the caller or a role whose privileges it has, and for send membership of queue_pg_producer,
+--   for receive of queue_pg_consumer.
+-- Cheap on purpose (it runs at the start of most calls): the superuser test reads a setting, the
+-- others use the role caches (to_regrole, pg_has_role), not the pg_roles view.
+CREATE OR REPLACE FUNCTION queue_pg._denied(queue_id integer, need text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    caller name;
+    grp text;
+    why text;
+BEGIN
+    IF current_setting('is_superuser') = 'on' THEN
+        RETURN NULL;
+    END IF;
+    caller := queue_pg._caller();
+    IF pg_has_role(caller, current_user, 'USAGE')
+       OR coalesce(pg_has_role(caller, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
+        RETURN NULL;
+    END IF;
+    IF need = 'create' THEN
+        RETURN 'only members of queue_pg_admin (or the owner, or a superuser) create queues';
+    END IF;
+    grp := CASE need WHEN 'send' THEN 'queue_pg_producer' WHEN 'receive' THEN 'queue_pg_consumer' END;
+    IF NOT EXISTS (SELECT 1 FROM queue_pg.grants g
+                   WHERE g.queue_id = _denied.queue_id AND g.privilege = need
+                     AND pg_has_role(caller, g.role, 'USAGE')) THEN
+        why := format('no %s grant on the queue for the role or a role it belongs to', need);
+    END IF;
+    IF grp IS NOT NULL AND NOT coalesce(pg_has_role(caller, to_regrole(grp), 'USAGE'), false) THEN
+        why := concat_ws('; ', why, format('not a member of %s', grp));
+    END IF;
+    RETURN why;
+END $$;
+
+-- AccessDenied (QP011) naming the role, the queue and the privilege it lacks, and why.
+CREATE OR REPLACE FUNCTION queue_pg._authorize(queue_id integer, queue text, need text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    why text := queue_pg._denied(queue_id, need);
+BEGIN
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s needs privilege %s on queue %s',
+                             quote_literal(queue_pg._caller()), need, coalesce(quote_literal(queue), 'NULL')),
+            DETAIL = why,
+            HINT = CASE WHEN need = 'create' THEN 'GRANT queue_pg_admin TO the role'
+                        ELSE format('a manager of the queue runs queue_pg.grant(%s, %s, %s)',
+                                    quote_literal(queue), quote_literal(queue_pg._caller()),
+                                    quote_literal(need)) END;
+    END IF;
+END $$;
+
+-- The body of grant and revoke: checks the privilege, the role, the queue and that the caller
+-- manages it; true when something changed.
+CREATE OR REPLACE FUNCTION queue_pg._grant(queue text, role text, privilege text, add boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues;
+    r oid;
+    n integer;
+BEGIN
+    IF privilege IS NULL OR privilege NOT IN ('send', 'receive', 'manage') THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('privilege = %s is invalid: allowed send, receive, manage',
+                             coalesce(quote_literal(left(privilege, 100)), 'NULL'));
+    END IF;
+    SELECT a.oid INTO r FROM pg_catalog.pg_roles a WHERE a.rolname = _grant.role;
+    IF r IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('role = %s is invalid: allowed the name of an existing role (see pg_roles)',
+                             coalesce(quote_literal(left(role, 100)), 'NULL'));
+    END IF;
+    q := queue_pg._queue(queue, 'manage');
+    IF add THEN
+        INSERT INTO queue_pg.grants AS g (queue_id, role, privilege)
+        VALUES (q.id, r, _grant.privilege)
+        ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM queue_pg.grants g
+        WHERE g.queue_id = q.id AND g.role = r AND g.privilege = _grant.privilege;
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n > 0;
+END $$;
+
+-- Lets `role` (and every role that has its privileges) send to, receive from or manage `queue`.
+-- True when granted now, false when it already was. Needs manage on the queue (or admin).
+CREATE OR REPLACE FUNCTION queue_pg.grant(queue text, role text, privilege text) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN queue_pg._grant(queue, role, privilege, true); END $$;
+
+-- Takes a grant back; true when it existed. Grants of other roles the role belongs to stay.
+CREATE OR REPLACE FUNCTION queue_pg.revoke(queue text, role text, privilege text) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN queue_pg._grant(queue, role, privilege, false); END $$;
+
+-- The grants of a queue (NULL: of every queue) the caller manages, by queue, role, privilege.
+CREATE OR REPLACE FUNCTION queue_pg.list_grants(queue text DEFAULT NULL)
+RETURNS SETOF queue_pg.grant_info
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    only_id integer;
+BEGIN
+    IF queue IS NOT NULL THEN
+        only_id := (queue_pg._queue(queue, 'manage')).id;
+    END IF;
+    RETURN QUERY
+    SELECT q.name, coalesce(a.rolname::text, g.role::text), g.privilege, g.granted_at
+    FROM queue_pg.grants g
+    JOIN queue_pg.queues q ON q.id = g.queue_id
+    LEFT JOIN pg_catalog.pg_roles a ON a.oid = g.role
+    WHERE (only_id IS NULL OR g.queue_id = only_id)
+      AND (only_id IS NOT NULL OR queue_pg._denied(q.id, 'manage') IS NULL)
+    ORDER BY 1, 2, 3;
+END $$;
+
+-- Monitoring: counts only, never bodies; a filter on it cannot reach into the tables below.
+ALTER VIEW queue_pg.queue_stats SET (security_barrier = true);
+
+-- Every function, on every apply. Entry points (what other roles may call, and what a view calls
+-- as its reader) run as the owner (SECURITY DEFINER) with search_path pinned to pg_catalog, so a
+-- function or operator planted earlier on the caller's search_path is never what ours call; the
+-- internal helpers run only inside them (no one else may EXECUTE them), under that pinned path,
+-- and stay inlinable. EXECUTE: nobody by default; each group role gets the entry points its
+-- members need (queue_pg_admin all of them). A new entry point missing from the list below is
+-- the admin's only, until it is added.
+DO $$
+DECLARE
+    f record;
+    groups text[] := ARRAY['queue_pg_admin', 'queue_pg_producer', 'queue_pg_consumer'];
+    have text[];
+    g text;
+BEGIN
+    SELECT coalesce(array_agg(rolname::text), '{}') INTO have
+    FROM pg_catalog.pg_roles WHERE rolname = ANY (groups);
+    FOR f IN
+        SELECT p.oid::regprocedure AS sig, p.proname::text AS name,
+               (p.proname !~ '^_' OR p.proname IN ('_receive', '_counted')) AS entry,
+               CASE
+                   WHEN p.proname IN ('send', 'send_batch') THEN ARRAY['queue_pg_producer']
+                   WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
+                                      'change_visibility', 'update_message', 'dead_letter', 'peek')
+                       THEN ARRAY['queue_pg_consumer']
+                   -- per-queue 'manage' grants decide; any member of a group may try
+                   WHEN p.proname IN ('alter_queue', 'drop_queue', 'purge', 'redrive', 'grant',
+                                      'revoke', 'list_grants', 'list_queues', 'get_queue', 'stats',
+                                      'channel', 'sweep', 'now', '_counted')
+                       THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
+                   ELSE '{}'::text[]
+               END AS execute_to
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'queue_pg'::regnamespace AND p.prokind = 'f'
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.sig);
+        FOREACH g IN ARRAY have LOOP
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM %I', f.sig, g);
+        END LOOP;
+        CONTINUE WHEN NOT f.entry;
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f.sig);
+        FOREACH g IN ARRAY (ARRAY['queue_pg_admin'] || f.execute_to) LOOP
+            IF g = ANY (have) THEN
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig, g);
+            END IF;
+        END LOOP;
+    END LOOP;
+    FOREACH g IN ARRAY have LOOP
+        EXECUTE format('GRANT USAGE ON SCHEMA queue_pg TO %I', g);
+        EXECUTE format('GRANT SELECT ON queue_pg.queue_stats TO %I', g);
+    END LOOP;
+    IF 'queue_pg_admin' = ANY (have) THEN
+        GRANT SELECT ON queue_pg.message_history TO queue_pg_admin;
+    END IF;
+END $$;
