@@ -12,11 +12,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import Scenario, cycle, leased_head, send
+from bench import Scenario, cycle, latency, leased_head, send, worker
 from bench.report import DEFAULT_OUT, command_line
 
 #: Every scenario, in the order ``--help`` lists them. A new scenario adds its module here.
-SCENARIOS: tuple[Scenario, ...] = (send.SCENARIO, cycle.SCENARIO, leased_head.SCENARIO)
+SCENARIOS: tuple[Scenario, ...] = (
+    send.SCENARIO,
+    cycle.SCENARIO,
+    latency.SCENARIO,
+    worker.SCENARIO,
+    leased_head.SCENARIO,
+)
 
 DSN_ENV = ("QUEUE_PG_BENCH_DSN", "QUEUE_PG_DSN")
 
