@@ -7,12 +7,13 @@ Options every scenario shares come after the scenario's name, e.g.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import Scenario, cycle, latency, leased_head, send, worker
+from bench import Scenario, cycle, latency, leased_head, run_all, send, worker
 from bench.report import DEFAULT_OUT, command_line
 
 #: Every scenario, in the order ``--help`` lists them. A new scenario adds its module here.
@@ -23,6 +24,23 @@ SCENARIOS: tuple[Scenario, ...] = (
     worker.SCENARIO,
     leased_head.SCENARIO,
 )
+
+
+def _optional(module: str) -> tuple[Scenario, ...]:
+    """A scenario module that may not exist yet (soak is written separately)."""
+    try:
+        scenario = getattr(importlib.import_module(module), "SCENARIO", None)
+    except ImportError:
+        return ()
+    return (scenario,) if isinstance(scenario, Scenario) else ()
+
+
+SCENARIOS = SCENARIOS + _optional("bench.soak") + (run_all.SCENARIO,)
+
+
+def scenario_names() -> list[str]:
+    return [s.name for s in SCENARIOS]
+
 
 DSN_ENV = ("QUEUE_PG_BENCH_DSN", "QUEUE_PG_DSN")
 

@@ -64,6 +64,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, seconds: float) -> Non
     parser.add_argument(
         "--no-ceiling", action="store_true", help="skip the pgbench ceiling cells"
     )
+    parser.add_argument(
+        "--max-batch", type=int, default=None, help="leave out cells with larger batches"
+    )
+    parser.add_argument(
+        "--max-procs", type=int, default=None, help="leave out cells with more processes"
+    )
 
 
 def cell_seconds(args: argparse.Namespace) -> float:
@@ -98,6 +104,11 @@ def run_grid(
     ``<out>/<result_name>.json`` / ``.md`` / ``.png``; return the result."""
     log = logger(args.quiet)
     out = Path(args.out) if args.out else DEFAULT_OUT
+    grid = [
+        (b, p) for b, p in grid
+        if (args.max_batch is None or b <= args.max_batch)
+        and (args.max_procs is None or p <= args.max_procs)
+    ]
     seconds = cell_seconds(args)
     systems, skipped = select_systems(args)
     pgbench = ceiling.find_pgbench() if with_ceiling and not args.no_ceiling else None

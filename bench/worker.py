@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
     log = logger(args.quiet)
     out_dir = Path(args.out) if args.out else DEFAULT_OUT
-    seconds = max(1.0, float(args.seconds) * float(args.scale))
+    seconds = float(args.seconds) * float(args.scale)
     count = max(20, round(seconds * 2 * args.rate))
     jobs = max(100, round(seconds * _JOBS_PER_SECOND_GUESS))
     began = time.perf_counter()

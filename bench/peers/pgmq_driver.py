@@ -102,3 +102,70 @@ class Pgmq(Driver):
 
     def close(self) -> None:
         self.q.close()
+
+
+def leased_head(
+    dsn: str, visible: int, in_flight: int, receives: int, max_messages: int, block: int
+) -> dict[str, Any]:
+    """PGMQ in the leased-head scenario: queue ``leased_head`` with ``in_flight`` messages read
+    with a long visibility timeout ahead of ``visible`` ones, queue ``empty_head`` with the same
+    visible ones only; after ``VACUUM ANALYZE``, ``read(qty=max_messages)`` + ``delete`` through
+    the Python client, alternating blocks of ``block`` reads on the two queues."""
+    import time
+
+    from pgmq import PGMQueue, install_pgmq_from_sql
+
+    from bench.report import LatencySummary
+
+    install_pgmq_from_sql(dsn=dsn)
+    queues = ("leased_head", "empty_head")
+    with db.connect(dsn) as conn:
+        for name, total in (("leased_head", visible + in_flight), ("empty_head", visible)):
+            conn.execute("SELECT pgmq.create(%s)", [name])
+            done = 0
+            while done < total:
+                size = min(10_000, total - done)
+                conn.execute(
+                    "SELECT count(*) FROM pgmq.send_batch(%s, ARRAY("
+                    " SELECT jsonb_build_object('n', g, 'payload', repeat('x', %s))"
+                    " FROM generate_series(%s::bigint, %s::bigint) AS g ORDER BY g))",
+                    [name, PAYLOAD_BYTES, done, done + size - 1],
+                )
+                done += size
+            if name == "leased_head":
+                got = 0
+                while got < in_flight:
+                    row = conn.execute(
+                        "SELECT count(*) FROM pgmq.read(%s, 43200, %s)",
+                        [name, min(1000, in_flight - got)],
+                    ).fetchone()
+                    got += int(row[0]) if row else 0
+        for name in queues:
+            conn.execute(f"VACUUM ANALYZE pgmq.q_{name}")
+    recv: dict[str, list[float]] = {q: [] for q in queues}
+    q = PGMQueue(conn_string=dsn, init_extension=False, pool_size=1)
+    try:
+        for name in queues:  # warm-up
+            for _ in range(20):
+                msgs = q.read_batch(name, vt=VT_SECONDS, batch_size=max_messages)
+                q.delete_batch(name, [m.msg_id for m in msgs])
+        done_n, turn = 0, 0
+        while done_n < receives:
+            n = min(block, receives - done_n)
+            for name in queues if turn % 2 == 0 else queues[::-1]:
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    msgs = q.read_batch(name, vt=VT_SECONDS, batch_size=max_messages)
+                    recv[name].append(time.perf_counter() - t0)
+                    q.delete_batch(name, [m.msg_id for m in msgs])
+            done_n += n
+            turn += 1
+    finally:
+        q.close()
+    lat = {name: LatencySummary.of(v) for name, v in recv.items()}
+    return {
+        "leased": lat["leased_head"],
+        "empty": lat["empty_head"],
+        "leased_p50_ms": lat["leased_head"].p50_ms,
+        "ratio": lat["leased_head"].p50_ms / lat["empty_head"].p50_ms,
+    }
