@@ -5,7 +5,15 @@ Layout (each scenario is one module; the rest is shared so new scenarios only ad
 - :mod:`bench.__main__` — the command line: common options, one sub-command per scenario.
 - :mod:`bench.db` — scratch database on the server under test, install, fast fill, EXPLAIN.
 - :mod:`bench.report` — machine description, latency summaries, JSON and Markdown output.
-- :mod:`bench.leased_head` — receive latency with many leased messages at the head of a queue.
+- :mod:`bench.peers` — the systems under test behind one small interface: queue_pg and its peers
+  PGMQ, PgQueuer and Procrastinate, each through its own Python client.
+- :mod:`bench.runner` — a throughput cell: N processes of one system for T seconds.
+- :mod:`bench.ceiling` — the same cells as pgbench scripts of the client's own statements.
+- :mod:`bench.throughput` — the grid of cells shared by ``send`` and ``cycle``.
+- :mod:`bench.chart` — a PNG per scenario (matplotlib).
+- Scenarios: :mod:`bench.send`, :mod:`bench.cycle`, :mod:`bench.latency`, :mod:`bench.worker`,
+  :mod:`bench.leased_head` (receive with many leased messages at the head of a queue), the
+  optional ``bench.soak``, and :mod:`bench.run_all` (``all``: every one, then ``summary.md``).
 
 A scenario is a :class:`Scenario`: a name, a one-line help, a function adding its own options to
 its sub-command's parser, and a function running it from the parsed options (returning the exit

@@ -12,11 +12,26 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import Scenario, leased_head, soak
+from bench import Scenario, cycle, latency, leased_head, run_all, send, soak, worker
 from bench.report import DEFAULT_OUT, command_line
 
 #: Every scenario, in the order ``--help`` lists them. A new scenario adds its module here.
-SCENARIOS: tuple[Scenario, ...] = (leased_head.SCENARIO, soak.SCENARIO)
+SCENARIOS: tuple[Scenario, ...] = (
+    send.SCENARIO,
+    cycle.SCENARIO,
+    latency.SCENARIO,
+    worker.SCENARIO,
+    leased_head.SCENARIO,
+    soak.SCENARIO,
+)
+
+
+SCENARIOS = (*SCENARIOS, run_all.SCENARIO)
+
+
+def scenario_names() -> list[str]:
+    return [s.name for s in SCENARIOS]
+
 
 DSN_ENV = ("QUEUE_PG_BENCH_DSN", "QUEUE_PG_DSN")
 

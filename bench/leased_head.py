@@ -123,6 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--payload-bytes", type=int, default=64, help="size of each body's padding (default 64)"
     )
+    parser.add_argument(
+        "--no-peers", action="store_true", help="leave out the peers (PGMQ) measured alike"
+    )
 
 
 # --- measurements -----------------------------------------------------------------------------
@@ -418,6 +421,7 @@ def run(args: argparse.Namespace) -> int:
             state_after = _queue_state(conn)
 
     ratios = _ratios(client, setup.unvacuumed, server_before, server_after)
+    peer_results = {} if args.no_peers else _peers(args, p, log)
     result: dict[str, Any] = {
         "scenario": "leased-head",
         "command": args.command_line,
@@ -438,6 +442,7 @@ def run(args: argparse.Namespace) -> int:
         "server_after_run": server_after,
         "naive_id_order_control": control,
         "ratios_leased_over_empty": ratios,
+        "peers": peer_results,
         "target": {
             "ratio": TARGET_RATIO,
             "met": all((ratios[k] or 0.0) <= TARGET_RATIO for k in ("client_p50", "client_mean")),
@@ -589,6 +594,7 @@ def _markdown(
             if result["machine"]["server_settings"].get("autovacuum") == "off"
             else []
         ),
+        *_peer_lines(result["peers"], client),
         f"Machine: {machine_line(result['machine'])}.",
         "",
         f"Reproduce: `{result['command']}`",
@@ -614,6 +620,45 @@ def _summary(
         "leased/empty: " + "  ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None)
     )
     return "\n".join(lines)
+
+
+def _peers(args: argparse.Namespace, p: Params, log: Callable[[str], None]) -> dict[str, Any]:
+    """The same leased head in each peer that has leases, through its own client."""
+    from bench import peers
+
+    out: dict[str, Any] = {
+        "pgqueuer": {"note": "n/a (no lease to hold: a picked job is re-picked only after its"
+                             " heartbeat times out)"},
+        "procrastinate": {"note": "n/a (no lease: a fetched job stays 'doing' until finished)"},
+    }
+    ok, missing = peers.installed_systems(["pgmq"])
+    if not ok:
+        out["pgmq"] = {"note": f"not run: {missing['pgmq']}"}
+        return out
+    from bench.peers.pgmq_driver import leased_head
+
+    log("PGMQ: the same leased head through its Python client...")
+    with db.scratch_database(args.dsn, f"{p.database}_pgmq", keep=args.keep) as dsn:
+        r = leased_head(dsn, p.visible, p.in_flight, p.receives, p.max_messages, p.block)
+    log(f"PGMQ leased head read p50 {r['leased_p50_ms']:.3f} ms (leased / empty"
+        f" {r['ratio']:.2f}x)")
+    out["pgmq"] = r
+    return out
+
+
+def _peer_lines(peer_results: dict[str, Any], client: dict[str, ClientFigures]) -> list[str]:
+    r = peer_results.get("pgmq")
+    if not r or "leased" not in r:
+        return []
+    lp, ep = r["leased"], r["empty"]
+    ours = client[LEASED].receive.p50_ms
+    return [
+        "PGMQ (`read(qty=10)` + `delete` through its Python client, same counts, after `VACUUM"
+        f" ANALYZE`): leased head p50 {lp.p50_ms:.3f} ms, p99 {lp.p99_ms:.3f} ms; empty head"
+        f" p50 {ep.p50_ms:.3f} ms ({r['ratio']:.2f}x). queue_pg's leased-head receive is"
+        f" **{lp.p50_ms / ours:.1f}x** faster than PGMQ's.",
+        "",
+    ]
 
 
 def _logger(quiet: bool) -> Callable[[str], None]:

@@ -1,0 +1,98 @@
+"""queue_pg through its public ``queue_pg.Client`` (one connection per process, no sweeps).
+
+The cycle uses the fastest public call: when ``Client.receive`` takes ``delete=`` (delete these
+receipts and receive the next batch in one round trip) it is used, else ``delete_batch`` then
+``receive``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import psycopg
+
+from bench import db
+from bench.peers import PAYLOAD_BYTES, QUEUE, Driver
+
+
+def receive_deletes() -> bool:
+    """Whether ``Client.receive`` settles the last batch in the same call (``delete=``)."""
+    from queue_pg import Client
+
+    return "delete" in inspect.signature(Client.receive).parameters
+
+
+class QueuePg(Driver):
+    name: ClassVar[str] = "queue_pg"
+    label: ClassVar[str] = "queue_pg"
+
+    @classmethod
+    def version(cls) -> str | None:
+        import queue_pg
+
+        return getattr(queue_pg, "__version__", None)
+
+    @classmethod
+    def install(cls, dsn: str) -> dict[str, Any]:
+        how = db.install(dsn)
+        with db.connect(dsn) as conn:
+            conn.execute("SELECT queue_pg.create_queue(%s)", [QUEUE])
+        return {"install": how, "receive_deletes": receive_deletes()}
+
+    @classmethod
+    def fill(cls, dsn: str, count: int, start: int = 0) -> None:
+        with db.connect(dsn) as conn:
+            db.fill(conn, QUEUE, count, payload_bytes=PAYLOAD_BYTES, start=start)
+
+    @classmethod
+    def depth(cls, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q"
+            " ON q.id = m.queue_id WHERE q.name = %s",
+            [QUEUE],
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    @classmethod
+    def purge(cls, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT queue_pg.purge(%s)", [QUEUE])
+
+    @classmethod
+    def tables(cls) -> list[str]:
+        return ["queue_pg.messages", "queue_pg.in_flight", "queue_pg.message_history"]
+
+    def __init__(self, dsn: str) -> None:
+        from queue_pg import Client
+
+        super().__init__(dsn)
+        self.client = Client(dsn, min_size=1, max_size=2, sweep_interval=None)
+        self._combined = receive_deletes()
+
+    def send(self, bodies: Sequence[dict[str, Any]]) -> None:
+        if len(bodies) == 1:
+            self.client.send(QUEUE, bodies[0])
+        else:
+            self.client.send_batch(QUEUE, bodies)
+
+    def receive(self, n: int) -> list[Any]:
+        return [m.receipt for m in self.client.receive(QUEUE, n)]
+
+    def delete(self, handles: Sequence[Any]) -> None:
+        if len(handles) == 1:
+            self.client.delete(QUEUE, handles[0])
+        else:
+            self.client.delete_batch(QUEUE, handles)
+
+    def cycle(self, handles: Sequence[Any], n: int) -> list[Any]:
+        if not self._combined:
+            return super().cycle(handles, n)
+        receive: Any = self.client.receive  # delete= is newer than this checkout's stubs
+        return [m.receipt for m in receive(QUEUE, n, delete=list(handles))]
+
+    def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        return [(m.receipt, m.body) for m in self.client.receive(QUEUE, n, wait=wait)]
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,122 @@
+"""The benchmark suite runs end to end in smoke mode and writes what it promises.
+
+Figures are never asserted (speed is measured in bench/, not in tests); these tests check that
+every scenario runs against a real server, that queue_pg and the pgbench ceiling produce a rate
+in each cell, that a peer that cannot do a cell says why, and that the JSON, Markdown, PNG and
+summary files carry the expected keys. Peers run only when their packages are installed (the
+``[bench]`` extra); CI installs ``[test]`` and smoke-tests queue_pg and the ceiling.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from bench import ceiling, db, peers
+from bench.__main__ import main
+from bench.runner import run_cell
+
+pytestmark = pytest.mark.slow
+
+
+def _db_name() -> str:
+    return f"qpb_test_{uuid.uuid4().hex[:8]}"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_all_smoke_writes_every_result_and_the_summary(server_dsn: str, tmp_path: Path) -> None:
+    name = _db_name()
+    rc = main([
+        "all", "--dsn", server_dsn, "--scale", "0.01", "--out", str(tmp_path), "--database",
+        name, "--quiet", "--systems", "queue_pg", "--max-batch", "10", "--max-procs", "4",
+    ])
+    assert rc == 0
+    for scenario in ("send", "cycle"):
+        r = _load(tmp_path / f"{scenario}.json")
+        assert {"machine", "parameters", "systems", "cells", "ceiling", "command"} <= set(r)
+        assert r["machine"]["server_settings"]["autovacuum"] in ("on", "off")
+        grid = [tuple(g) for g in r["parameters"]["grid"]]
+        assert grid and all(b <= 10 and p <= 4 for b, p in grid)
+        ours = {(c["batch"], c["procs"]): c for c in r["cells"] if c["system"] == "queue_pg"}
+        assert set(ours) == set(grid)
+        assert all(c["rate"] and c["rate"] > 0 and c["messages"] > 0 for c in ours.values())
+        if ceiling.find_pgbench() is not None:
+            ceil = {(c["batch"], c["procs"]): c for c in r["ceiling"]}
+            assert set(ceil) == set(grid)
+            assert all(c["rate"] and c["rate"] > 0 for c in ceil.values()), r["ceiling"]
+        md = (tmp_path / f"{scenario}.md").read_text(encoding="utf-8")
+        assert "queue_pg msg/s" in md and "Reproduce:" in md
+    lat = _load(tmp_path / "latency.json")
+    summary = lat["results"]["queue_pg"]["latency"]
+    assert summary["n"] == lat["parameters"]["messages"]
+    assert 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
+    wk = _load(tmp_path / "worker.json")
+    assert wk["latency"]["started"] == wk["latency"]["sent"]
+    assert [t["concurrency"] for t in wk["throughput"]] == [1, 4, 16]
+    assert all(t["jobs"] == wk["parameters"]["throughput_jobs"] for t in wk["throughput"])
+    assert "ratios_leased_over_empty" in _load(tmp_path / "leased_head.json")
+    text = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    for row in ("send msg/s", "cycle msg/s", "latency, send → receive", "worker jobs/s",
+                "leased head", "autovacuum"):
+        assert row in text
+    if importlib.util.find_spec("matplotlib") is not None:
+        for scenario in ("send", "cycle", "latency", "worker"):
+            assert (tmp_path / f"{scenario}.png").read_bytes()[:4] == b"\x89PNG"
+    # every scratch database is gone
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", [name + "%"]
+        ).fetchall()
+    assert left == []
+
+
+def test_ceiling_scripts_are_the_clients_statements() -> None:
+    from queue_pg import _ops
+
+    send, defines = ceiling.script_for("send", 10)
+    query = str(_ops.send_batch(peers.QUEUE, [{}]).query)
+    assert query.split("(")[0] in send  # "select s.id from queue_pg.send_batch"
+    assert defines["bodies"].count('\\"payload\\"') == 10  # a text[] literal of 10 bodies
+    cycle, _ = ceiling.script_for("cycle", 10)
+    assert "queue_pg._receive(:queue, :max_messages::int" in cycle
+    assert ("delete_batch" in cycle) != ceiling.combined_receive()
+
+
+@pytest.mark.parametrize("system", [s for s in peers.SYSTEMS if s != "queue_pg"])
+def test_peer_sends_and_cycles(system: str, server_dsn: str) -> None:
+    ok, missing = peers.installed_systems([system])
+    if not ok:
+        pytest.skip(missing[system])
+    driver = peers.get(system)
+    with db.scratch_database(server_dsn, _db_name()) as dsn:
+        info = driver.install(dsn)
+        assert info
+        sent = run_cell(system, dsn, "send", 10, 2, 0.3)
+        assert sent.rate and sent.messages >= 20, sent.note
+        with db.connect(dsn) as conn:
+            assert driver.depth(conn) >= sent.messages
+            driver.purge(conn)
+            assert driver.depth(conn) == 0
+        driver.fill(dsn, 500)
+        for batch in (1, 10):
+            if driver.unsupported("cycle", batch):
+                continue  # the tables print "n/a (why)" without running it
+            cell = run_cell(system, dsn, "cycle", batch, 2, 0.3)
+            assert cell.rate and cell.messages > 0, cell.note
+        with db.connect(dsn) as conn:
+            assert driver.depth(conn) < 500
+        if driver.unsupported("latency", 1) is None:
+            from bench.latency import measure
+
+            r = measure(system, dsn, rate=50, count=10)
+            assert r["received"] == 10, r
