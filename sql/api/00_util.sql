@@ -126,25 +126,27 @@ CREATE OR REPLACE FUNCTION queue_pg._key() RETURNS bytea
 LANGUAGE sql STABLE AS $$ SELECT key FROM queue_pg.secret $$;
 
 -- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
+CREATE OR REPLACE FUNCTION queue_pg._parse_receipts(q_id integer, receipts text[], key bytea)
+RETURNS TABLE (i bigint, id bigint, lease_no integer)
+LANGUAGE sql IMMUTABLE AS $$
+    -- Set-based and inlinable (a batch parses in one pass). The pattern bounds every number to
+    -- what its type holds (ids up to 18 digits, lease numbers up to 9), so no cast can fail.
+    SELECT u.i, x.parts[2]::bigint, x.parts[3]::integer
+    FROM unnest(receipts) WITH ORDINALITY AS u(r, i)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN length(u.r) <= 80 THEN
+            regexp_match(u.r, '^([0-9]{1,10})\.([0-9]{1,18})\.([0-9]{1,9})\.([0-9a-f]{16})$') END AS parts
+    ) x
+    WHERE x.parts IS NOT NULL AND x.parts[1]::bigint = q_id
+      AND queue_pg._mac(q_id, x.parts[2]::bigint, x.parts[3]::integer, key) = x.parts[4]
+$$;
+
+-- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipt(q_id integer, receipt text, key bytea,
                                                    OUT id bigint, OUT lease_no integer)
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    parts text[];
 BEGIN
-    IF receipt IS NULL OR length(receipt) > 80 THEN
-        RETURN;
-    END IF;
-    parts := regexp_match(receipt, '^([0-9]{1,10})\.([0-9]{1,19})\.([0-9]{1,10})\.([0-9a-f]{16})$');
-    IF parts IS NULL OR parts[1]::bigint <> q_id OR parts[3]::bigint > 2147483647
-       OR parts[2]::numeric > 9223372036854775807 THEN
-        RETURN;
-    END IF;
-    IF queue_pg._mac(q_id, parts[2]::bigint, parts[3]::integer, key) <> parts[4] THEN
-        RETURN;
-    END IF;
-    id := parts[2]::bigint;
-    lease_no := parts[3]::integer;
+    SELECT p.id, p.lease_no INTO id, lease_no FROM queue_pg._parse_receipts(q_id, ARRAY[receipt], key) p;
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._invalid_receipt(queue text, receipt text) RETURNS void
@@ -166,13 +168,18 @@ BEGIN
 END $$;
 
 -- One history row per finished message, when the queue keeps history.
-CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
-                                             at timestamptz) RETURNS void
+CREATE OR REPLACE FUNCTION queue_pg._history_rows(q queue_pg.queues, ms queue_pg.messages[],
+                                                  outcome text, at timestamptz) RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO queue_pg.message_history
         (queue_id, queue, message_id, outcome, enqueued_at, first_received_at, last_received_at,
          finished_at, receive_count, lease_expiries, type)
     SELECT q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
            at, m.receive_count, m.lease_expiries, m.attributes ->> 'type'
+    FROM unnest(ms) m
     WHERE q.history
 $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
+                                             at timestamptz) RETURNS void
+LANGUAGE sql AS $$ SELECT queue_pg._history_rows(q, ARRAY[m], outcome, at) WHERE q.history $$;

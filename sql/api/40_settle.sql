@@ -77,8 +77,7 @@ DECLARE
     dup text;
     ids bigint[];
     leases integer[];
-    m queue_pg.messages;
-    done text[] := '{}';  -- 'id.lease_no' of each deleted row: a stale twin must not count
+    gone queue_pg.messages[];
     freed integer := 0;
     why text[];
 BEGIN
@@ -90,24 +89,31 @@ BEGIN
                              param, coalesce(quote_literal(dup), 'NULL'));
     END IF;
     SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
-    FROM unnest(receipts) WITH ORDINALITY u(r, i)
-    CROSS JOIN LATERAL queue_pg._parse_receipt(q.id, u.r, key) p;
-    FOR m IN
+    FROM generate_series(1, cnt) u(i)
+    LEFT JOIN queue_pg._parse_receipts(q.id, receipts, key) p ON p.i = u.i;
+    WITH del AS (
         DELETE FROM queue_pg.messages t
         USING unnest(ids, leases) p(id, lease_no)
         WHERE t.id = p.id AND t.queue_id = q.id AND t.lease_no = p.lease_no
           AND (t.expires_at IS NULL OR t.expires_at > n)
         RETURNING t.*
-    LOOP
-        PERFORM queue_pg._history(q, m, 'deleted', n);
-        done := done || (m.id::text || '.' || m.lease_no::text);
-        freed := freed + (m.visible_at > n)::int;
-    END LOOP;
+    )
+    SELECT coalesce(array_agg(d), '{}'), count(*) FILTER (WHERE d.visible_at > n) INTO gone, freed
+    FROM del d;
+    IF q.history AND cardinality(gone) > 0 THEN
+        PERFORM queue_pg._history_rows(q, gone, 'deleted', n);
+    END IF;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
     END IF;
-    -- why each entry that deleted nothing deleted nothing (only failures are looked at)
-    SELECT array_agg(CASE WHEN (ids[i]::text || '.' || leases[i]::text) = ANY (done) THEN NULL
+    IF cardinality(gone) = cnt THEN  -- the usual case: every entry deleted
+        RETURN QUERY SELECT r, true, NULL::text FROM unnest(receipts) r;
+        RETURN;
+    END IF;
+    -- why each entry that deleted nothing deleted nothing (only failures are looked at); the
+    -- pair (id, lease_no) tells a deleted entry from a stale twin of the same message
+    SELECT array_agg(CASE WHEN EXISTS (SELECT 1 FROM unnest(gone) g
+                                       WHERE g.id = ids[i] AND g.lease_no = leases[i]) THEN NULL
                           ELSE queue_pg._diagnose(q, receipts[i], ids[i], leases[i]) END ORDER BY i)
     INTO why FROM generate_series(1, cnt) i;
     PERFORM queue_pg._count('stale_receipts', q.id, count(*))
