@@ -129,16 +129,20 @@ LANGUAGE sql STABLE AS $$ SELECT key FROM queue_pg.secret $$;
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipts(q_id integer, receipts text[], key bytea)
 RETURNS TABLE (i bigint, id bigint, lease_no integer)
 LANGUAGE sql IMMUTABLE AS $$
-    -- Set-based and inlinable (a batch parses in one pass). The pattern bounds every number to
-    -- what its type holds (ids up to 18 digits, lease numbers up to 9), so no cast can fail.
-    SELECT u.i, x.parts[2]::bigint, x.parts[3]::integer
+    -- Set-based and inlinable (a batch parses in one pass); split on '.' and simple character
+    -- classes, because PostgreSQL's regex engine is slow on counted repetitions ({1,18}: 50 µs a
+    -- receipt). The length bounds keep every number within its type, so no cast can fail; the
+    -- CASE makes the checks run before the casts.
+    SELECT u.i, x.p[2]::bigint, x.p[3]::integer
     FROM unnest(receipts) WITH ORDINALITY AS u(r, i)
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN length(u.r) <= 80 THEN
-            regexp_match(u.r, '^([0-9]{1,10})\.([0-9]{1,18})\.([0-9]{1,9})\.([0-9a-f]{16})$') END AS parts
-    ) x
-    WHERE x.parts IS NOT NULL AND x.parts[1]::bigint = q_id
-      AND queue_pg._mac(q_id, x.parts[2]::bigint, x.parts[3]::integer, key) = x.parts[4]
+    CROSS JOIN LATERAL (SELECT string_to_array(left(u.r, 81), '.') AS p) x
+    WHERE CASE WHEN length(u.r) <= 80 AND cardinality(x.p) = 4
+                    AND length(x.p[1]) BETWEEN 1 AND 10 AND length(x.p[2]) BETWEEN 1 AND 18
+                    AND length(x.p[3]) BETWEEN 1 AND 9 AND length(x.p[4]) = 16
+                    AND x.p[1] || x.p[2] || x.p[3] ~ '^[0-9]+$' AND x.p[4] ~ '^[0-9a-f]+$'
+               THEN x.p[1]::bigint = q_id
+                    AND queue_pg._mac(q_id, x.p[2]::bigint, x.p[3]::integer, key) = x.p[4]
+               ELSE false END
 $$;
 
 -- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
