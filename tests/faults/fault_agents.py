@@ -28,7 +28,8 @@ class EventLog:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def __call__(self, event: str, **data: Any) -> None:
-        os.write(self.fd, (json.dumps({"e": event, "pid": os.getpid(), **data}) + "\n").encode())
+        line = {"e": event, "pid": os.getpid(), "t": time.time(), **data}
+        os.write(self.fd, (json.dumps(line) + "\n").encode())
 
 
 def read_events(folder: Path, pattern: str = "*.jsonl") -> Iterator[dict[str, Any]]:
@@ -42,9 +43,10 @@ def log_to(path: Path) -> None:
     """Send the queue_pg loggers of this process to a file (the checks read it)."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger("queue_pg")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    for name in ("queue_pg", "psycopg.pool"):
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO if name == "queue_pg" else logging.WARNING)
+        logging.getLogger(name).propagate = False
 
 
 def _suicide_after(delay: float) -> None:
