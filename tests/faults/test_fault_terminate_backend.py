@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -68,13 +68,14 @@ def snapshot(conn: psycopg.Connection) -> tuple[object, ...]:
 
 
 @pytest.fixture
-def setup(client: Client, conn: psycopg.Connection) -> psycopg.Connection:
+def setup(client: Client, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     client.create_queue("termq-dlq")
     client.create_queue(Q, visibility_timeout=30, dead_letter_queue="termq-dlq",
                         max_receive_count=5)
     conn.execute("CREATE TABLE IF NOT EXISTS term_orders (id serial PRIMARY KEY, note text)")
     conn.execute("TRUNCATE term_orders")
-    return conn
+    yield conn
+    conn.execute("DROP TABLE term_orders")  # the run's database is shared with other tests
 
 
 def test_terminated_receive_leases_nothing(setup: psycopg.Connection, client: Client,
