@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +20,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from queue_pg import _ops
+from queue_pg import _ops, _retry
 from queue_pg._ops import Call
 from queue_pg.client import _merge_conninfo, _safe_dsn
 from queue_pg.errors import translate
@@ -132,6 +132,8 @@ class AsyncClient:
         self._sweep_interval = sweep_interval
         self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
         self._next_sweep = monotonic()
+        # warns once when the server is lost, informs when it is back (see queue_pg._retry)
+        self._outage = _retry.Outage(logging.getLogger("queue_pg.client"), "queue_pg async client")
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class AsyncClient:
                     kwargs={"autocommit": True},
                     open=False,
                     name="queue_pg",
+                    check=self._check_lent,
                 )
                 self._owns_pool = True
                 await self._pool.open()
@@ -208,14 +211,31 @@ class AsyncClient:
         async with pool.connection() as conn:
             yield conn
 
-    async def _run(self, call: Call[T], conn: AsyncConnection | None) -> T:
+    async def _check_lent(self, conn: AsyncConnection) -> None:
+        """The pool's check of a connection it lends: a dead one is replaced."""
         try:
+            await _retry.acheck(conn)
+        except Exception as exc:
+            self._outage.failed(exc)
+            raise
+
+    @contextmanager
+    def _watching(self) -> Iterator[None]:
+        """Translate errors; note a lost server (warning) and its return (info)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if _retry.is_connection_error(exc):
+                self._outage.failed(exc)
+            translate(exc)
+        self._outage.recovered()
+
+    async def _run(self, call: Call[T], conn: AsyncConnection | None) -> T:
+        with self._watching():
             if conn is not None:
                 return await _execute(conn, call)
             async with self._borrow() as own:
                 return await _execute(own, call)
-        except psycopg.Error as exc:
-            translate(exc)
 
     # --- queues ---------------------------------------------------------------------------------
 
@@ -293,7 +313,7 @@ class AsyncClient:
     ) -> list[Message]:
         """Lease up to ``max_messages`` messages; long-polls on LISTEN as Client.receive does;
         ``delete`` deletes a finished batch first, in the same transaction, as there."""
-        try:
+        with self._watching():
             if conn is not None:
                 await self._maybe_sweep(None)
                 return await self._receive(
@@ -304,8 +324,6 @@ class AsyncClient:
                 return await self._receive(
                     own, own, queue, max_messages, visibility_timeout, wait, delete
                 )
-        except psycopg.Error as exc:
-            translate(exc)
 
     async def _receive(
         self,

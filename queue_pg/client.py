@@ -20,7 +20,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from queue_pg import _ops
+from queue_pg import _ops, _retry
 from queue_pg._ops import Call
 from queue_pg._sqla import join
 from queue_pg.errors import translate
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["Client"]
 
 logger = logging.getLogger("queue_pg")
+client_logger = logging.getLogger("queue_pg.client")
 
 T = TypeVar("T")
 Connection = psycopg.Connection[Any]
@@ -149,6 +150,8 @@ class Client:
         self._engine: Engine | None = None
         self._owns_pool = False
         self._dsn: str | None = None
+        # warns once when the server is lost, informs when it is back (see queue_pg._retry)
+        self._outage = _retry.Outage(client_logger, "queue_pg client")
         if source is None:
             from queue_pg.embedded import resolve_dsn
 
@@ -166,6 +169,7 @@ class Client:
                 kwargs={"autocommit": True},
                 open=True,
                 name="queue_pg",
+                check=self._check_lent,
             )
             self._owns_pool = True
         elif isinstance(source, ConnectionPool):
@@ -194,6 +198,26 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _check_lent(self, conn: Connection) -> None:
+        """The pool's check of a connection it lends: a dead one (server restarted) is
+        replaced, and the pool reconnects with backoff; costs a poll() when alive."""
+        try:
+            _retry.check(conn)
+        except Exception as exc:
+            self._outage.failed(exc)
+            raise
+
+    @contextmanager
+    def _watching(self) -> Iterator[None]:
+        """Translate errors; note a lost server (warning) and its return (info)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if _retry.is_connection_error(exc):
+                self._outage.failed(exc)
+            translate(exc)
+        self._outage.recovered()
 
     def _conninfo(self) -> str:
         """A libpq DSN (with password) for the pool's server."""
@@ -244,13 +268,11 @@ class Client:
 
     def _run(self, call: Call[T], conn: Connection | None) -> T:
         """One statement: on the caller's connection as is, else on a borrowed one."""
-        try:
+        with self._watching():
             if conn is not None:
                 return _execute(conn, call)
             with self._borrow() as own:
                 return _execute(own, call)
-        except psycopg.Error as exc:
-            translate(exc)
 
     # --- queues ---------------------------------------------------------------------------------
 
@@ -355,7 +377,7 @@ class Client:
         is skipped and counted in ``stats().stale_receipts``; use :meth:`delete_batch` when each
         outcome matters. If the receive fails, the deletes are undone too.
         """
-        try:
+        with self._watching():
             if conn is not None:
                 self._maybe_sweep(None)
                 return self._receive(
@@ -366,8 +388,6 @@ class Client:
                 return self._receive(
                     own, own, queue, max_messages, visibility_timeout, wait, delete
                 )
-        except psycopg.Error as exc:
-            translate(exc)
 
     def _receive(
         self,

@@ -152,6 +152,8 @@ def translate(exc: psycopg.Error | None = None) -> AbstractContextManager[None]:
     if exc is None:
         return translating()
     cls = error_class(exc.sqlstate)
+    if cls is None and exc.sqlstate is None and isinstance(exc, psycopg.DataError):
+        cls = InvalidParameter  # refused by psycopg before sending: a NUL in a text parameter
     if cls is None:
         raise exc
     message = exc.diag.message_primary or str(exc)

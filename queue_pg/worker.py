@@ -41,6 +41,7 @@ from time import monotonic
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from queue_pg import _retry
 from queue_pg.errors import (
     InvalidParameter,
     LeaseLimitExceeded,
@@ -79,7 +80,8 @@ ERROR_KEY = "error"
 #: Longest a single receive long-polls. The client cannot be interrupted while it waits on
 #: LISTEN, so a worker polls in slices this long to notice a stop request (and its other queues).
 POLL_SLICE = 1.0
-#: Pause after an empty short poll (``wait=0``) and after a failed receive (doubling to 30 s).
+#: Pause after an empty short poll (``wait=0``) and after a failed receive (doubling to 30 s,
+#: with jitter).
 IDLE_SLEEP = 0.25
 #: Seconds between status lines of a busy worker (logged only when something changed).
 STATUS_INTERVAL = 60.0
@@ -476,6 +478,9 @@ class Worker:
         self._registry = handler if isinstance(handler, Registry) else None
         self._handler = None if isinstance(handler, Registry) else handler
         self.stats = WorkerStats()
+        # a lost server: warn once, retry the receive loop with capped exponential backoff and
+        # jitter, say when it works again (queue_pg._retry)
+        self._outage = _retry.Outage(logger, "worker", base=IDLE_SLEEP, cap=30.0)
         self._cond = threading.Condition()
         self._running: set[Job] = set()
         self._inbox: SimpleQueue[Job | None] = SimpleQueue()
@@ -546,7 +551,6 @@ class Worker:
 
     def _loop(self) -> None:
         turn = 0
-        failures = 0
         status_at, status = monotonic() + STATUS_INTERVAL, self.stats.line()
         while not self._stop_requested:
             if monotonic() >= status_at:
@@ -571,13 +575,13 @@ class Worker:
                         self._start(m)
                     got += len(messages)
                     free -= len(messages)
-                failures = 0
+                self._outage.recovered()
             except _FATAL:
                 raise
-            except Exception:
-                failures += 1
-                pause = min(30.0, IDLE_SLEEP * 2**failures)
-                logger.exception("receive failed; retrying in %.1fs", pause)
+            except Exception as exc:
+                pause = self._outage.failed(exc)
+                if not _retry.is_connection_error(exc):
+                    logger.exception("receive failed; retrying in %.1fs", pause)
                 self._sleep(pause)
                 continue
             turn += 1
@@ -846,6 +850,9 @@ class AsyncWorker:
         self._registry = handler if isinstance(handler, Registry) else None
         self._handler = None if isinstance(handler, Registry) else handler
         self.stats = WorkerStats()
+        # a lost server: warn once, retry the receive loop with capped exponential backoff and
+        # jitter, say when it works again (queue_pg._retry)
+        self._outage = _retry.Outage(logger, "worker", base=IDLE_SLEEP, cap=30.0)
         self._running: dict[asyncio.Task[None], AsyncJob] = {}
         self._stop_requested = False
         self._wake: asyncio.Event | None = None
@@ -891,7 +898,6 @@ class AsyncWorker:
     async def _loop(self) -> None:
         assert self._wake is not None
         turn = 0
-        failures = 0
         while not self._stop_requested:
             free = self.settings.concurrency - len(self._running)
             if free <= 0:
@@ -917,13 +923,13 @@ class AsyncWorker:
                         self._start(m)
                     got += len(messages)
                     free -= len(messages)
-                failures = 0
+                self._outage.recovered()
             except _FATAL:
                 raise
-            except Exception:
-                failures += 1
-                pause = min(30.0, IDLE_SLEEP * 2**failures)
-                logger.exception("receive failed; retrying in %.1fs", pause)
+            except Exception as exc:
+                pause = self._outage.failed(exc)
+                if not _retry.is_connection_error(exc):
+                    logger.exception("receive failed; retrying in %.1fs", pause)
                 await self._sleep(pause)
                 continue
             turn += 1
