@@ -49,6 +49,7 @@ __all__ = [
     "message_history",
     "messages",
     "metadata",
+    "queue_counters",
     "queues",
     "secret",
 ]
@@ -118,6 +119,19 @@ in_flight = Table(
     ),
     Column("n", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("queue_id", name="in_flight_pkey"),
+)
+
+queue_counters = Table(
+    "queue_counters",
+    metadata,
+    Column(
+        "queue_id",
+        Integer,
+        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name="queue_counters_queue_id_fkey"),
+        nullable=False,
+    ),
+    Column("lease_expiries", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("queue_id", name="queue_counters_pkey"),
 )
 
 messages = Table(

@@ -33,7 +33,7 @@ BEGIN
         EXECUTE format('DROP SEQUENCE queue_pg.%I', r.relname);
     END LOOP;
 END $$;
-TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history;
+TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters;
 DELETE FROM queue_pg.queues;
 """
 

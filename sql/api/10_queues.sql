@@ -146,7 +146,6 @@ BEGIN
 
     IF old.id IS NOT NULL THEN  -- created now
         EXECUTE format('CREATE SEQUENCE queue_pg.stale_receipts_%s', old.id);
-        EXECUTE format('CREATE SEQUENCE queue_pg.lease_expiries_%s', old.id);
         PERFORM queue_pg._create_claim_sequences(old.id);
         PERFORM queue_pg._sync_in_flight(old);
         RETURN NEXT old;

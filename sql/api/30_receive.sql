@@ -110,7 +110,9 @@ BEGIN
             PERFORM setval(floor_seq, queue_pg._micros(top));
         END IF;
         IF lapsed > 0 THEN
-            PERFORM queue_pg._count('lease_expiries', q.id, lapsed);
+            INSERT INTO queue_pg.queue_counters AS c (queue_id, lease_expiries)
+            VALUES (q.id, lapsed)
+            ON CONFLICT (queue_id) DO UPDATE SET lease_expiries = c.lease_expiries + excluded.lease_expiries;
         END IF;
         EXIT WHEN dead IS NULL;
         PERFORM queue_pg._dead_letter(q, dead, n, NULL);
