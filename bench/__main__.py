@@ -44,7 +44,8 @@ def _common() -> argparse.ArgumentParser:
         default=default_dsn,
         required=default_dsn is None,
         help="a server to benchmark, as a libpq DSN of any database on it; the scenario works in"
-        f" a scratch database it creates and drops (default: ${DSN_ENV[0]} or ${DSN_ENV[1]})",
+        f" a scratch database it creates and drops; 'embedded': queue_pg's embedded PostgreSQL"
+        f" (default: ${DSN_ENV[0]} or ${DSN_ENV[1]})",
     )
     common.add_argument(
         "--scale",
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scale <= 0:
         raise SystemExit("--scale must be more than 0")
     args.command_line = command_line(args_list)
+    if args.dsn == "embedded":  # the fresh-machine default: queue_pg's own embedded PostgreSQL
+        from queue_pg.embedded import default_data_dir, embedded_dsn
+
+        args.dsn = embedded_dsn(default_data_dir())
     status: int = args.run(args)
     return status
 
