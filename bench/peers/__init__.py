@@ -175,7 +175,12 @@ def installed_systems(wanted: Sequence[str]) -> tuple[list[str], dict[str, str]]
         except ImportError as exc:
             missing[name] = f"not installed ({exc.name or exc}): pip install -e '.[bench]'"
             continue
-        if driver.available():
+        try:
+            usable = driver.available()
+        except ImportError as exc:  # drivers import their client lazily
+            missing[name] = f"not installed ({exc.name or exc}): pip install -e '.[bench]'"
+            continue
+        if usable:
             ok.append(name)
         else:
             missing[name] = "not available"
