@@ -17,7 +17,6 @@ next, as the client does.
 from __future__ import annotations
 
 import glob
-import inspect
 import json
 import os
 import re
@@ -101,12 +100,6 @@ def _pgbench_sql(query: str, params: Mapping[str, Any], defines: dict[str, str])
     return " ".join(_PLACEHOLDER.sub(sub, query).split())
 
 
-def combined_receive() -> bool:
-    from queue_pg import _ops
-
-    return "delete" in inspect.signature(_ops.receive).parameters
-
-
 def script_for(op: str, batch: int, queue: str = peers.QUEUE) -> tuple[str, dict[str, str]]:
     """The pgbench script and its ``-D`` variables for one call of ``op`` ("send" / "cycle")
     with ``batch`` messages, built from the client's own statements."""
@@ -121,34 +114,17 @@ def script_for(op: str, batch: int, queue: str = peers.QUEUE) -> tuple[str, dict
         return _pgbench_sql(str(call.query), call.params, defines) + ";\n", defines
     if op != "cycle":
         raise ValueError(op)
-    if combined_receive():
-        recv: Any = _ops.receive(queue, batch, None, None, delete=["x"])  # type: ignore[call-arg]
-        q = _pgbench_sql(str(recv.query), recv.params, defines)
-        defines["delete"] = "{}"  # the first call settles nothing; later ones the last batch
-        q = q.replace(":delete", ":receipts")
-        defines["receipts"] = defines.pop("delete")
-        return (
-            f"SELECT coalesce(array_agg(r.receipt)::text, '{{}}') AS receipts FROM ({q}) AS r"
-            " \\gset\n",
-            defines,
-        )
-    recv = _ops.receive(queue, batch, None, None)
+    # the client's cycle: receive(delete=previous receipts), receipts carried over by \gset
+    recv = _ops.receive(queue, batch, None, None, delete=["x"])
     q = _pgbench_sql(str(recv.query), recv.params, defines)
-    lines = [
-        "SELECT count(*) AS got, coalesce(array_agg(r.receipt)::text, '{}') AS receipts,"
-        f" coalesce(min(r.receipt), '') AS receipt FROM ({q}) AS r \\gset",
-        "\\if :got > 0",
-    ]
-    if batch == 1:
-        dele: Any = _ops.delete(queue, "x")
-        d = _pgbench_sql(str(dele.query), {**dele.params, "receipt": "x"}, defines)
-        defines.pop("receipt", None)  # set by \gset
-    else:
-        dele = _ops.delete_batch(queue, ["x"])
-        d = _pgbench_sql(str(dele.query), dele.params, defines)
-        defines.pop("receipts", None)
-    lines += [d, "\\endif"]
-    return "\n".join(lines) + "\n", defines
+    q = q.replace(":delete", ":receipts")
+    defines.pop("delete")
+    defines["receipts"] = "{}"  # the first call settles nothing; later ones the last batch
+    return (
+        f"SELECT coalesce(array_agg(r.receipt)::text, '{{}}') AS receipts FROM ({q}) AS r"
+        " \\gset\n",
+        defines,
+    )
 
 
 _TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")

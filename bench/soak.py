@@ -105,22 +105,13 @@ def _producer(dsn: str, p: Params, sent: Any, deleted: Any, stop: Any) -> None:
 
 
 def _consumer(dsn: str, p: Params, deleted: Any, stop: Any) -> None:
-    import inspect
-
     import queue_pg
 
     with queue_pg.Client(dsn, sweep_interval=None) as client:
-        combined = "delete" in inspect.signature(client.receive).parameters
         done: list[str] = []
         while not stop.is_set():
-            if combined:
-                got = client.receive(QUEUE, p.batch, visibility_timeout=p.visibility_timeout,
-                                     wait=1, delete=done)  # type: ignore[call-arg]
-            else:
-                if done:
-                    client.delete_batch(QUEUE, done)
-                got = client.receive(QUEUE, p.batch, visibility_timeout=p.visibility_timeout,
-                                     wait=1)
+            got = client.receive(QUEUE, p.batch, visibility_timeout=p.visibility_timeout,
+                                 wait=1, delete=done)
             if done:
                 with deleted.get_lock():
                     deleted.value += len(done)

@@ -7,7 +7,6 @@ receipts and receive the next batch in one round trip) it is used, else ``delete
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -15,13 +14,6 @@ import psycopg
 
 from bench import db
 from bench.peers import PAYLOAD_BYTES, QUEUE, Driver
-
-
-def receive_deletes() -> bool:
-    """Whether ``Client.receive`` settles the last batch in the same call (``delete=``)."""
-    from queue_pg import Client
-
-    return "delete" in inspect.signature(Client.receive).parameters
 
 
 class QueuePg(Driver):
@@ -39,7 +31,7 @@ class QueuePg(Driver):
         how = db.install(dsn)
         with db.connect(dsn) as conn:
             conn.execute("SELECT queue_pg.create_queue(%s)", [QUEUE])
-        return {"install": how, "receive_deletes": receive_deletes()}
+        return {"install": how}
 
     @classmethod
     def fill(cls, dsn: str, count: int, start: int = 0) -> None:
@@ -68,7 +60,6 @@ class QueuePg(Driver):
 
         super().__init__(dsn)
         self.client = Client(dsn, min_size=1, max_size=2, sweep_interval=None)
-        self._combined = receive_deletes()
 
     def send(self, bodies: Sequence[dict[str, Any]]) -> None:
         if len(bodies) == 1:
@@ -86,10 +77,8 @@ class QueuePg(Driver):
             self.client.delete_batch(QUEUE, handles)
 
     def cycle(self, handles: Sequence[Any], n: int) -> list[Any]:
-        if not self._combined:
-            return super().cycle(handles, n)
-        receive: Any = self.client.receive  # delete= is newer than this checkout's stubs
-        return [m.receipt for m in receive(QUEUE, n, delete=list(handles))]
+        # the finished batch is deleted in the same call and transaction as the next receive
+        return [m.receipt for m in self.client.receive(QUEUE, n, delete=list(handles))]
 
     def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
         return [(m.receipt, m.body) for m in self.client.receive(QUEUE, n, wait=wait)]

@@ -87,8 +87,9 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT 'queue_pg_' || queue_id $$;
 CREATE OR REPLACE FUNCTION queue_pg.channel(queue text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN queue_pg._channel((queue_pg._queue(queue)).id); END $$;
 
--- Counters that must survive the rollback of the statement that counts them (a refused receipt
--- raises, and the refusal must still be counted): sequences are not transactional.
+-- The per-queue sequence of a kind (queue_pg._sequence_kinds()). Sequences serve what must not
+-- roll back (a refused receipt raises, and the refusal must still be counted) and what changes too
+-- often for a row (the claim floor, the last NOTIFY): they leave no row versions behind.
 CREATE OR REPLACE FUNCTION queue_pg._counter(kind text, queue_id integer) RETURNS regclass
 LANGUAGE sql STABLE AS $$ SELECT format('queue_pg.%s_%s', kind, queue_id)::regclass $$;
 
@@ -174,17 +175,21 @@ BEGIN
         HINT = 'the lease lapsed before the message was deleted; consider a longer visibility_timeout or a heartbeat';
 END $$;
 
--- One history row per finished message, when the queue keeps history.
+-- The history row of a finished message: the one place that says what history keeps. Callers
+-- insert `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
+CREATE OR REPLACE FUNCTION queue_pg._history_row(q queue_pg.queues, m queue_pg.messages,
+                                                 outcome text, at timestamptz)
+RETURNS queue_pg.message_history
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW(q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
+               at, m.receive_count, m.lease_expiries, m.attributes ->> 'type')::queue_pg.message_history
+$$;
+
 CREATE OR REPLACE FUNCTION queue_pg._history_rows(q queue_pg.queues, ms queue_pg.messages[],
                                                   outcome text, at timestamptz) RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO queue_pg.message_history
-        (queue_id, queue, message_id, outcome, enqueued_at, first_received_at, last_received_at,
-         finished_at, receive_count, lease_expiries, type)
-    SELECT q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
-           at, m.receive_count, m.lease_expiries, m.attributes ->> 'type'
-    FROM unnest(ms) m
-    WHERE q.history
+    SELECT (queue_pg._history_row(q, m, outcome, at)).* FROM unnest(ms) m WHERE q.history
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,

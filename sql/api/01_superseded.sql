@@ -7,3 +7,4 @@ DROP FUNCTION IF EXISTS queue_pg._receive(text, integer, double precision, doubl
 DROP FUNCTION IF EXISTS queue_pg.receive(text, integer, double precision, double precision);
 DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb);
 DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[]);
+DROP FUNCTION IF EXISTS queue_pg._create_claim_sequences(integer);

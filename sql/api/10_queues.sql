@@ -85,20 +85,27 @@ $$;
 -- Messages below the floor (a sending transaction that committed late, a receive rolled back)
 -- are found by the one full scan per second per queue, or at once when the floor range has too
 -- few messages to fill the receive.
-CREATE OR REPLACE FUNCTION queue_pg._create_claim_sequences(queue_id integer) RETURNS void
+CREATE OR REPLACE FUNCTION queue_pg._sequence_kinds() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$ SELECT array['stale_receipts', 'claim_floor', 'claim_rescan', 'notified'] $$;
+
+-- Creates (create => true) the missing per-queue sequences, or drops them (see _counter).
+CREATE OR REPLACE FUNCTION queue_pg._queue_sequences(queue_id integer, "create" boolean)
+RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     kind text;
 BEGIN
-    FOREACH kind IN ARRAY array['claim_floor', 'claim_rescan', 'notified'] LOOP
-        IF to_regclass(format('queue_pg.%s_%s', kind, queue_id)) IS NULL THEN
+    FOREACH kind IN ARRAY queue_pg._sequence_kinds() LOOP
+        IF NOT "create" THEN
+            EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.%s_%s', kind, queue_id);
+        ELSIF to_regclass(format('queue_pg.%s_%s', kind, queue_id)) IS NULL THEN
             EXECUTE format('CREATE SEQUENCE queue_pg.%s_%s', kind, queue_id);
         END IF;
     END LOOP;
 END $$;
 
--- Queues created before the claim floor existed get their sequences on upgrade.
-DO $$ BEGIN PERFORM queue_pg._create_claim_sequences(id) FROM queue_pg.queues; END $$;
+-- Queues created before a kind existed get its sequence on upgrade.
+DO $$ BEGIN PERFORM queue_pg._queue_sequences(id, true) FROM queue_pg.queues; END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     name text,
@@ -145,8 +152,7 @@ BEGIN
     RETURNING t.* INTO old;
 
     IF old.id IS NOT NULL THEN  -- created now
-        EXECUTE format('CREATE SEQUENCE queue_pg.stale_receipts_%s', old.id);
-        PERFORM queue_pg._create_claim_sequences(old.id);
+        PERFORM queue_pg._queue_sequences(old.id, true);
         PERFORM queue_pg._sync_in_flight(old);
         RETURN NEXT old;
         RETURN;
@@ -265,11 +271,7 @@ BEGIN
     DELETE FROM queue_pg.messages WHERE queue_id = q.id;
     UPDATE queue_pg.messages SET source_queue_id = NULL WHERE source_queue_id = q.id;
     DELETE FROM queue_pg.queues WHERE id = q.id;
-    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.stale_receipts_%s', q.id);
-    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.lease_expiries_%s', q.id);
-    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.claim_floor_%s', q.id);
-    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.claim_rescan_%s', q.id);
-    EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.notified_%s', q.id);
+    PERFORM queue_pg._queue_sequences(q.id, false);
     RETURN true;
 END $$;
 

@@ -47,15 +47,13 @@ DECLARE
     now_us bigint;
 BEGIN
     IF debounce THEN
-        seq := to_regclass(format('queue_pg.notified_%s', queue_id));
-        IF seq IS NOT NULL THEN
-            now_us := queue_pg._micros(clock_timestamp());
-            last_us := pg_sequence_last_value(seq);
-            IF last_us IS NOT NULL AND now_us - last_us BETWEEN 0 AND 2000 THEN
-                RETURN;
-            END IF;
-            PERFORM setval(seq, now_us);
+        seq := queue_pg._counter('notified', queue_id);
+        now_us := queue_pg._micros(clock_timestamp());
+        last_us := pg_sequence_last_value(seq);
+        IF last_us IS NOT NULL AND now_us - last_us BETWEEN 0 AND 2000 THEN
+            RETURN;
         END IF;
+        PERFORM setval(seq, now_us);
     END IF;
     PERFORM pg_notify(queue_pg._channel(queue_id), '');
 END $$;

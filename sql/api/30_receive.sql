@@ -43,8 +43,8 @@ DECLARE
     lapsed integer;
     key bytea;
     got integer;
-    floor_seq regclass := to_regclass(format('queue_pg.claim_floor_%s', q.id));
-    rescan_seq regclass := to_regclass(format('queue_pg.claim_rescan_%s', q.id));
+    floor_seq regclass := queue_pg._counter('claim_floor', q.id);
+    rescan_seq regclass := queue_pg._counter('claim_rescan', q.id);
     floor_at timestamptz;
     top timestamptz;
     found_n integer;
@@ -71,12 +71,10 @@ BEGIN
 
     -- Where the scan starts (see _claim_floor): from the floor, except once a second per queue,
     -- when one claim scans from the start to pick up stragglers the floor has passed.
-    IF floor_seq IS NOT NULL THEN
-        IF coalesce(pg_sequence_last_value(rescan_seq), 0) < queue_pg._micros(n) - 1000000 THEN
-            PERFORM setval(rescan_seq, queue_pg._micros(n));
-        ELSE
-            floor_at := queue_pg._from_micros(pg_sequence_last_value(floor_seq));
-        END IF;
+    IF coalesce(pg_sequence_last_value(rescan_seq), 0) < queue_pg._micros(n) - 1000000 THEN
+        PERFORM setval(rescan_seq, queue_pg._micros(n));
+    ELSE
+        floor_at := queue_pg._from_micros(pg_sequence_last_value(floor_seq));
     END IF;
 
     -- A claim that found only messages to dead-letter tries again, a bounded number of times.
@@ -106,7 +104,7 @@ BEGIN
         END IF;
         -- Every visible message below `top` is now taken or locked by another claim: later
         -- claims may start there. A full scan may lower the floor, a floor scan only raise it.
-        IF floor_seq IS NOT NULL AND (floor_at IS NULL OR top > floor_at) THEN
+        IF floor_at IS NULL OR top > floor_at THEN
             PERFORM setval(floor_seq, queue_pg._micros(top));
         END IF;
         IF lapsed > 0 THEN

@@ -29,11 +29,7 @@ BEGIN
     WITH d AS (DELETE FROM queue_pg.messages m WHERE m.queue_id = q.id RETURNING m.*),
     h AS (
         INSERT INTO queue_pg.message_history
-            (queue_id, queue, message_id, outcome, enqueued_at, first_received_at, last_received_at,
-             finished_at, receive_count, lease_expiries, type)
-        SELECT q.id, q.name, d.id, 'purged', d.enqueued_at, d.first_received_at, d.last_received_at,
-               at, d.receive_count, d.lease_expiries, d.attributes ->> 'type'
-        FROM d WHERE q.history
+        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'purged', at)).* FROM d WHERE q.history
     )
     SELECT count(*) INTO cnt FROM d;
     UPDATE queue_pg.in_flight f SET n = 0 WHERE f.queue_id = q.id;
@@ -108,10 +104,7 @@ BEGIN
     d AS (DELETE FROM queue_pg.messages m USING e WHERE m.id = e.id RETURNING m.*),
     h AS (
         INSERT INTO queue_pg.message_history
-            (queue_id, queue, message_id, outcome, enqueued_at, first_received_at, last_received_at,
-             finished_at, receive_count, lease_expiries, type)
-        SELECT q.id, q.name, d.id, 'expired', d.enqueued_at, d.first_received_at, d.last_received_at,
-               at, d.receive_count, d.lease_expiries, d.attributes ->> 'type'
+        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'expired', at)).*
         FROM d JOIN queue_pg.queues q ON q.id = d.queue_id
         WHERE q.history
     )

@@ -77,7 +77,16 @@ def test_immediate_shutdown_loses_no_acknowledged_operation(
             restarted_at = time.time()
         for p in procs:
             p.join(RUN + 60)
-        time.sleep(2.0)  # let the worker drain what is left
+        # The consumer may have drained the queue while the worker was backing off: give the
+        # worker work of its own, and wait (bounded) until it has done some since the last crash.
+        with Client(dsn, sweep_interval=None) as c:
+            c.send_batch(queue, [{"after": i} for i in range(5)])
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and not any(
+            e["e"] == "handled" and e["t"] > restarted_at for e in fault_agents.read_events(tmp_path)
+        ):
+            time.sleep(0.2)
+        time.sleep(1.0)  # let it settle what it is running
         worker.terminate()  # SIGTERM: a graceful stop
         worker.join(30)
     finally:
