@@ -115,7 +115,7 @@ def _consumer(dsn: str, p: Params, deleted: Any, stop: Any) -> None:
             if done:
                 with deleted.get_lock():
                     deleted.value += len(done)
-            done = [m.receipt for m in got]
+            done = [m.receipt for m in got if m.receipt is not None]
         if done:
             client.delete_batch(QUEUE, done)
             with deleted.get_lock():
@@ -187,7 +187,9 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                 log(f"  {hold_started:6.1f} s: long transaction opened for {p.hold:.0f} s")
             if now >= next_at:
                 d = deleted.value
-                heap, index, live, dead, vacuums, wal = conn.execute(_SAMPLE_SQL).fetchone()
+                row = conn.execute(_SAMPLE_SQL).fetchone()
+                assert row is not None
+                heap, index, live, dead, vacuums, wal = row
                 t = now - began
                 holding = hold_started is not None and t - hold_started < p.hold + p.sample / 2
                 rate = (d - last_deleted) / (now - last_t)
@@ -196,7 +198,7 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                     "queued": sent.value - d, "heap_bytes": heap, "index_bytes": index,
                     "live_tuples": live, "dead_tuples": dead, "vacuums": vacuums,
                     "checkpoints": _checkpoints(conn), "wal_bytes": int(wal),
-                    "holding": bool(holding and t >= hold_started),
+                    "holding": bool(holding and hold_started is not None and t >= hold_started),
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""
                 log(f"  {t:6.1f} s  {rate:8.0f} msg/s  heap {heap / 2**20:7.1f} MiB  index "

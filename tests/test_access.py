@@ -173,7 +173,9 @@ def test_group_roles_exist_and_nothing_is_public(conn: psycopg.Connection[Any]) 
     assert "_queue" not in callable_by_others and "_claim" not in callable_by_others
     for name, secdef, config, others in rows:
         if others:
-            assert secdef and config == ["search_path=pg_catalog, pg_temp"], name
+            assert secdef and config == [
+                "search_path=pg_catalog, pg_temp", "plan_cache_mode=force_generic_plan"
+            ], name
         else:
             assert not secdef, name
 

@@ -47,7 +47,7 @@ class PgQueuer(Driver):
 
     @classmethod
     def available(cls) -> bool:
-        import asyncpg  # noqa: F401
+        import asyncpg  # type: ignore[import-untyped]  # noqa: F401
         import pgqueuer  # noqa: F401
 
         return True

@@ -42,7 +42,8 @@ def downgrade() -> None:
         BEGIN
             FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
                      WHERE p.pronamespace = 'queue_pg'::regnamespace AND p.prokind = 'f' LOOP
-                EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET search_path', f);
+                EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET search_path'
+                               ' RESET plan_cache_mode', f);
             END LOOP;
             FOR g IN SELECT rolname FROM pg_catalog.pg_roles
                      WHERE rolname IN ('queue_pg_admin', 'queue_pg_producer', 'queue_pg_consumer')

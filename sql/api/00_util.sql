@@ -40,11 +40,14 @@ CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interva
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;
 
 -- Timestamps as microseconds since 1970 and back, exactly: the claim floor lives in a sequence.
+-- Helpers here are declared with their body's true volatility (extract and timestamptz + interval
+-- are STABLE), because PostgreSQL inlines a sql function only then; otherwise every use is a
+-- function call of its own (measured: 20 µs each).
 CREATE OR REPLACE FUNCTION queue_pg._micros(t timestamptz) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._from_micros(v bigint) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT timestamptz 'epoch' + v::float8 * interval '1 microsecond'
 $$;
 
@@ -114,25 +117,27 @@ END $$;
 
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's
 -- secret, 64 bits) makes a forged or altered receipt detectable without looking the message up.
+-- STABLE like textsend, so that it is inlined where it is used.
 CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT left(encode(sha256(key || textsend(queue_id::text || '.' || id::text || '.' || lease_no::text)
                               || key), 'hex'), 16)
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._receipt(queue_id integer, id bigint, lease_no integer, key bytea)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT queue_id::text || '.' || id::text || '.' || lease_no::text || '.'
            || queue_pg._mac(queue_id, id, lease_no, key)
 $$;
 
+-- plpgsql: its query is planned once per session (a sql function with a FROM is run anew each call).
 CREATE OR REPLACE FUNCTION queue_pg._key() RETURNS bytea
-LANGUAGE sql STABLE AS $$ SELECT key FROM queue_pg.secret $$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN (SELECT s.key FROM queue_pg.secret s); END $$;
 
 -- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipts(q_id integer, receipts text[], key bytea)
 RETURNS TABLE (i bigint, id bigint, lease_no integer)
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     -- Set-based and inlinable (a batch parses in one pass); split on '.' and simple character
     -- classes, because PostgreSQL's regex engine is slow on counted repetitions ({1,18}: 50 µs a
     -- receipt). The length bounds keep every number within its type, so no cast can fail; the
@@ -152,7 +157,7 @@ $$;
 -- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipt(q_id integer, receipt text, key bytea,
                                                    OUT id bigint, OUT lease_no integer)
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
     SELECT p.id, p.lease_no INTO id, lease_no FROM queue_pg._parse_receipts(q_id, ARRAY[receipt], key) p;
 END $$;

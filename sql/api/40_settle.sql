@@ -77,7 +77,8 @@ DECLARE
     dup text;
     ids bigint[];
     leases integer[];
-    gone queue_pg.messages[];
+    gone_ids bigint[];
+    gone_leases integer[];
     freed integer := 0;
     why text[];
 BEGIN
@@ -91,28 +92,31 @@ BEGIN
     SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
     FROM generate_series(1, cnt) u(i)
     LEFT JOIN queue_pg._parse_receipts(q.id, receipts, key) p ON p.i = u.i;
+    -- one statement deletes and writes the history rows (no message rows copied into arrays)
     WITH del AS (
         DELETE FROM queue_pg.messages t
         USING unnest(ids, leases) p(id, lease_no)
         WHERE t.id = p.id AND t.queue_id = q.id AND t.lease_no = p.lease_no
           AND (t.expires_at IS NULL OR t.expires_at > n)
         RETURNING t.*
+    ), hist AS (
+        INSERT INTO queue_pg.message_history
+        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n)).* FROM del d WHERE q.history
     )
-    SELECT coalesce(array_agg(d), '{}'), count(*) FILTER (WHERE d.visible_at > n) INTO gone, freed
+    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.lease_no), '{}'),
+           count(*) FILTER (WHERE d.visible_at > n)
+    INTO gone_ids, gone_leases, freed
     FROM del d;
-    IF q.history AND cardinality(gone) > 0 THEN
-        PERFORM queue_pg._history_rows(q, gone, 'deleted', n);
-    END IF;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
     END IF;
-    IF cardinality(gone) = cnt THEN  -- the usual case: every entry deleted
+    IF cardinality(gone_ids) = cnt THEN  -- the usual case: every entry deleted
         RETURN QUERY SELECT r, true, NULL::text FROM unnest(receipts) r;
         RETURN;
     END IF;
     -- why each entry that deleted nothing deleted nothing (only failures are looked at); the
     -- pair (id, lease_no) tells a deleted entry from a stale twin of the same message
-    SELECT array_agg(CASE WHEN EXISTS (SELECT 1 FROM unnest(gone) g
+    SELECT array_agg(CASE WHEN EXISTS (SELECT 1 FROM unnest(gone_ids, gone_leases) g(id, lease_no)
                                        WHERE g.id = ids[i] AND g.lease_no = leases[i]) THEN NULL
                           ELSE queue_pg._diagnose(q, receipts[i], ids[i], leases[i]) END ORDER BY i)
     INTO why FROM generate_series(1, cnt) i;
