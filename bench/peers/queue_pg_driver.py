@@ -1,8 +1,7 @@
 """queue_pg through its public ``queue_pg.Client`` (one connection per process, no sweeps).
 
-The cycle uses the fastest public call: when ``Client.receive`` takes ``delete=`` (delete these
-receipts and receive the next batch in one round trip) it is used, else ``delete_batch`` then
-``receive``.
+The cycle uses the fastest public call, ``Client.receive(…, delete=previous receipts)``: the
+finished batch is deleted and the next received in one round trip and one transaction.
 """
 
 from __future__ import annotations
