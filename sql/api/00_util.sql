@@ -190,13 +190,11 @@ LANGUAGE sql IMMUTABLE AS $$
                at, m.receive_count, m.lease_expiries, m.attributes ->> 'type')::queue_pg.message_history
 $$;
 
-CREATE OR REPLACE FUNCTION queue_pg._history_rows(q queue_pg.queues, ms queue_pg.messages[],
-                                                  outcome text, at timestamptz) RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO queue_pg.message_history
-    SELECT (queue_pg._history_row(q, m, outcome, at)).* FROM unnest(ms) m WHERE q.history
-$$;
-
+-- One finished message's history row (delete_message, dead-lettering); set-based writers
+-- (delete_batch, purge, sweep) insert `_history_row` rows in the statement that removes them.
 CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
                                              at timestamptz) RETURNS void
-LANGUAGE sql AS $$ SELECT queue_pg._history_rows(q, ARRAY[m], outcome, at) WHERE q.history $$;
+LANGUAGE sql AS $$
+    INSERT INTO queue_pg.message_history
+    SELECT (queue_pg._history_row(q, m, outcome, at)).* WHERE q.history
+$$;

@@ -1,5 +1,6 @@
 -- Signatures that later versions replaced. CREATE OR REPLACE cannot change a function's
--- parameters (it would add an overload and make calls ambiguous), so the old ones go first.
+-- parameters (it would add an overload and make calls ambiguous), so the old ones go first;
+-- helpers nothing calls any more go too.
 DROP FUNCTION IF EXISTS queue_pg._relet(queue_pg.queues, text, double precision, jsonb, text);
 DROP FUNCTION IF EXISTS queue_pg.change_visibility(text, text, double precision);
 DROP FUNCTION IF EXISTS queue_pg.update_message(text, text, jsonb, double precision);
@@ -8,3 +9,4 @@ DROP FUNCTION IF EXISTS queue_pg.receive(text, integer, double precision, double
 DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb);
 DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[]);
 DROP FUNCTION IF EXISTS queue_pg._create_claim_sequences(integer);
+DROP FUNCTION IF EXISTS queue_pg._history_rows(queue_pg.queues, queue_pg.messages[], text, timestamptz);

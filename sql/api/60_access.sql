@@ -174,7 +174,7 @@ BEGIN
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f.sig);
         -- Generic plans for every statement inside: a custom plan re-plans the statement, and
         -- re-parses each inlined sql helper, on every call (measured: 0.7 of the 1.3 ms of a
-        -- receive of one message). Each statement's generic plan is checked in tests/test_plans.py.
+        -- receive of one message). The hot paths' plans are checked in tests/test_plans.py.
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f.sig);
         FOREACH g IN ARRAY (ARRAY['queue_pg_admin'] || f.execute_to) LOOP
             IF g = ANY (have) THEN
