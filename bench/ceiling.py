@@ -34,7 +34,7 @@ from bench.report import redact_dsn
 
 __all__ = ["find_pgbench", "run_pgbench", "script_for"]
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
 
 
 def find_pgbench() -> str | None:

@@ -93,6 +93,8 @@ class LatencySummary:
 
 def redact_dsn(dsn: str) -> str:
     """The DSN without its password, fit to be written into a result file."""
+    if dsn == "embedded":  # the --dsn keyword, not a DSN
+        return dsn
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:

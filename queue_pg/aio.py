@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from queue_pg import _ops, _retry
@@ -51,10 +51,11 @@ AsyncConnection = psycopg.AsyncConnection[Any]
 
 async def _execute(conn: AsyncConnection, call: Call[T]) -> T:
     """Run one Call on ``conn`` and decode its rows (no commit, no error translation)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
+    async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(call.query, call.params or None)
-        rows = await cur.fetchall() if cur.description is not None else []
-    return call.decode(rows)
+        columns = _ops.columns(cur.pgresult)
+        rows = await cur.fetchall() if columns is not None else []
+    return call.decode(columns or (), rows)
 
 
 @asynccontextmanager
@@ -346,9 +347,9 @@ class AsyncClient:
                 return await _execute(conn, call)
 
         first = await attempt()
-        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         if first or (wait is not None and seconds(wait) <= 0):
             return first
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         if wait is not None:
             timeout = seconds(wait)
         else:

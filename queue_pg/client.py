@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from queue_pg import _ops, _retry
@@ -54,10 +54,11 @@ Connection = psycopg.Connection[Any]
 
 def _execute(conn: Connection, call: Call[T]) -> T:
     """Run one Call on ``conn`` and decode its rows (no commit, no error translation)."""
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(call.query, call.params or None)
-        rows = cur.fetchall() if cur.description is not None else []
-    return call.decode(rows)
+        columns = _ops.columns(cur.pgresult)
+        rows = cur.fetchall() if columns is not None else []
+    return call.decode(columns or (), rows)
 
 
 @contextmanager
@@ -411,9 +412,9 @@ class Client:
                 return _execute(conn, call)
 
         first = attempt()
-        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         if first or (wait is not None and seconds(wait) <= 0):
             return first
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait)  # deleted once
         timeout = seconds(wait) if wait is not None else self._receive_wait(conn, is_own, queue)
         if timeout <= 0:
             return first

@@ -66,13 +66,32 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("queue-pg")) / "pgdata"
 
 
-def _ensure_database(server_dsn: str, name: str) -> None:
-    """Create ``name`` unless it exists; a concurrent creator winning the race is fine."""
+#: Server settings the embedded server gets when queue_pg creates its database (ALTER SYSTEM,
+#: so a user's later change sticks). autovacuum visits each database once per naptime (default
+#: 1 min): the per-table thresholds the migrations set on the queue tables only act at those
+#: visits, and a busy queue then piles up a minute of dead rows whose vacuum cuts its throughput
+#: to a quarter for as long again (bench soak; README "Server settings").
+SERVER_SETTINGS: dict[str, str] = {"autovacuum_naptime": "5s"}
+
+
+def _ensure_database(server_dsn: str, name: str) -> bool:
+    """Create ``name`` unless it exists (True if this call created it); a concurrent creator
+    winning the race is fine."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            return
+            return False
         with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            return True
+    return False
+
+
+def _configure(server_dsn: str) -> None:
+    """Apply :data:`SERVER_SETTINGS` to the server and reload its configuration."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for key, value in SERVER_SETTINGS.items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(key), value))
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def embedded_dsn(data_dir: Path | None = None) -> str:
@@ -85,7 +104,8 @@ def embedded_dsn(data_dir: Path | None = None) -> str:
     pgdata = (data_dir or default_data_dir()).expanduser().resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = module.get_server(pgdata, cleanup_mode=None)
-    _ensure_database(server.get_uri(), DATABASE)
+    if _ensure_database(server.get_uri(), DATABASE):
+        _configure(server.get_uri())
     return str(server.get_uri(database=DATABASE))
 
 
