@@ -153,6 +153,7 @@ def run_pgbench(
         out = subprocess.run([*args, dsn], capture_output=True, text=True, check=False,
                              timeout=seconds + 120)
         after = _depth(dsn) if op == "cycle" else 0
+        visible = _depth(dsn, visible=True) if op == "cycle" else 0
     shown = [a if not a.startswith(tuple(f"{k}=" for k in defines)) else a.split("=")[0] + "=…"
              for a in args]
     text = out.stdout + out.stderr
@@ -175,14 +176,23 @@ def run_pgbench(
         result["rate"] = float(tps.group(1)) * batch
     else:
         result["messages"] = before - after
-        # each client ends holding its last batch, received but not yet deleted
-        result["drained"] = after <= batch * clients
+        # Drained: (almost) nothing left to receive. Counted over visible messages only: each
+        # client ends holding its last batch, and an earlier cell's clients left theirs leased.
+        result["drained"] = visible <= batch * clients
         result["rate"] = (before - after) / seconds
     return result
 
 
-def _depth(dsn: str) -> int:
+def _depth(dsn: str, visible: bool = False) -> int:
+    """Messages in the bench queue; ``visible``: only those a receive could take now."""
     from bench.peers.queue_pg_driver import QueuePg
 
     with db.connect(dsn) as conn:
-        return QueuePg.depth(conn)
+        if not visible:
+            return QueuePg.depth(conn)
+        row = conn.execute(
+            "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q ON q.id = m.queue_id"
+            " WHERE q.name = %s AND m.visible_at <= now()",
+            [peers.QUEUE],
+        ).fetchone()
+        return int(row[0]) if row else 0

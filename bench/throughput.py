@@ -33,9 +33,11 @@ from bench.runner import Cell, run_cell
 __all__ = ["add_common_arguments", "cell_seconds", "logger", "run_grid", "select_systems"]
 
 CEILING = "ceiling"
-#: Guess of a system's rate before any cell measured it (sizes the first cycle fill).
-_FIRST_GUESS = 5000.0
-_MAX_FILL = 2_000_000
+#: Guess of a system's rate before any cell measured it (sizes the first cycle fill): high
+#: rather than low, since a cell that runs its queue empty is run again on a fuller one.
+_FIRST_GUESS = 20_000.0
+#: Most messages a fill may hold per second of the cell (a 5-minute cell: 12 M, ~3 GB).
+_MAX_FILL_RATE = 40_000
 _REFILLS = 2  #: re-runs of a cycle cell whose queue ran empty
 
 
@@ -247,7 +249,7 @@ def _top_up(
     others = [r[batch] for r in every.values() if batch in r]
     guess = (best.get(batch) or (max(others) if others else 0.0)
              or (max(best.values()) if best else _FIRST_GUESS))
-    want = min(_MAX_FILL, int(guess * seconds * 1.5) + batch * procs * 4)
+    want = int(min(guess, _MAX_FILL_RATE) * seconds * 1.5) + batch * procs * 4
     with db.connect(dsn) as conn:
         have = driver.depth(conn)
     if want > have:
