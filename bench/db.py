@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +150,47 @@ def lease(conn: Connection, queue: str, count: int, *, visibility_timeout: float
             break
         got += n
     return got
+
+
+def checkpoints(conn: Connection) -> int:
+    """Checkpoints the server has run (timed + requested) since its statistics were reset."""
+    for query in (
+        "SELECT num_timed + num_requested FROM pg_stat_checkpointer",  # 17+
+        "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+    ):
+        try:
+            with conn.transaction():
+                row = conn.execute(query).fetchone()
+            return int(row[0]) if row else 0
+        except psycopg.Error:
+            continue
+    return 0
+
+
+def server_activity(conn: Connection, tables: Sequence[str]) -> dict[str, int]:
+    """Counters to diff around a run: checkpoints, WAL position, vacuums and dead tuples of
+    ``tables`` (schema-qualified names)."""
+    row = conn.execute(
+        "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn,"
+        " (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_all_tables"
+        "   WHERE schemaname || '.' || relname = ANY(%(t)s)),"
+        " (SELECT coalesce(sum(autovacuum_count + vacuum_count), 0) FROM pg_stat_all_tables"
+        "   WHERE schemaname || '.' || relname = ANY(%(t)s))",
+        {"t": list(tables)},
+    ).fetchone()
+    assert row is not None
+    return {"checkpoints": checkpoints(conn), "wal_bytes": int(row[0]),
+            "dead_tuples": int(row[1]), "vacuums": int(row[2])}
+
+
+def activity_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What happened between two :func:`server_activity` readings (dead tuples: at the end)."""
+    return {
+        "checkpoints": after["checkpoints"] - before["checkpoints"],
+        "wal_bytes": after["wal_bytes"] - before["wal_bytes"],
+        "vacuums": after["vacuums"] - before["vacuums"],
+        "dead_tuples_end": after["dead_tuples"],
+    }
 
 
 def vacuum_analyze(conn: Connection, table: str = "queue_pg.messages") -> float:

@@ -134,20 +134,6 @@ def _holder(dsn: str, p: Params, ready: Any, stop: Any) -> None:
         conn.rollback()
 
 
-def _checkpoints(conn: db.Connection) -> int:
-    for query in (
-        "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
-        "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
-    ):
-        try:
-            with conn.transaction():
-                row = conn.execute(query).fetchone()
-            return int(row[0]) if row else 0
-        except Exception:
-            continue
-    return 0
-
-
 def _prepare(dsn: str, p: Params) -> None:
     db.install(dsn)
     with db.connect(dsn) as conn:
@@ -197,7 +183,7 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                     "t": round(t, 2), "msgs_per_s": round(rate, 1), "deleted": d,
                     "queued": sent.value - d, "heap_bytes": heap, "index_bytes": index,
                     "live_tuples": live, "dead_tuples": dead, "vacuums": vacuums,
-                    "checkpoints": _checkpoints(conn), "wal_bytes": int(wal),
+                    "checkpoints": db.checkpoints(conn), "wal_bytes": int(wal),
                     "holding": bool(holding and hold_started is not None and t >= hold_started),
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""

@@ -163,6 +163,8 @@ def run_grid(
                     else:
                         _top_up(driver, dsn, seen, batch, procs, seconds, best)
                     vacuum(dsn, driver.tables())
+                    with db.connect(dsn) as conn:
+                        before = db.server_activity(conn, driver.tables())
                     if name == CEILING:
                         assert pgbench is not None
                         r = ceiling.run_pgbench(
@@ -177,11 +179,20 @@ def run_grid(
                         rate, drained = cell.rate, cell.drained
                         shown = f"{rate:,.0f} msg/s" if rate else str(cell.note)
                         label = name
+                    with db.connect(dsn) as conn:
+                        activity = db.activity_delta(
+                            before, db.server_activity(conn, driver.tables())
+                        )
+                    if name == CEILING:
+                        r["server"] = activity
+                    else:
+                        cell.extra["server"] = activity
                     if rate:
                         # a drained queue held less than the rate: ask for 3 x more next time
                         seen[batch] = max(seen.get(batch, 0.0), rate * (3 if drained else 1))
                     log(f"  {op} batch {batch:>4} x {procs:>2}  {label:<14} {shown}"
-                        + ("  (drained)" if drained else ""))
+                        + ("  (drained)" if drained else "")
+                        + f"  [{activity_text(activity)}]")
                     if not drained or not rate:
                         break
                 if name == CEILING:
@@ -307,8 +318,25 @@ def _cell_text(cell: dict[str, Any]) -> str:
     return str(cell.get("note") or "—")
 
 
+def activity_text(a: dict[str, int]) -> str:
+    return (f"{a['checkpoints']} checkpoints, {a['wal_bytes'] / 2**20:,.0f} MiB WAL,"
+            f" {a['vacuums']} vacuums, {a['dead_tuples_end']:,} dead tuples at the end")
+
+
 def notes(result: dict[str, Any]) -> list[str]:
     lines: list[str] = []
+    long_cells = result["parameters"]["seconds_per_cell"] >= 60
+    if long_cells:  # the server's side of a long run, beside its throughput
+        lines += ["Server activity during each cell:", ""]
+        for c in result["ceiling"]:
+            if c.get("server"):
+                lines += [f"- pgbench ceiling, batch {c['batch']} x {c['procs']}:"
+                          f" {activity_text(c['server'])}"]
+        for c in result["cells"]:
+            if c["extra"].get("server"):
+                lines += [f"- {peers.get(c['system']).label}, batch {c['batch']} x {c['procs']}:"
+                          f" {activity_text(c['extra']['server'])}"]
+        lines.append("")
     for name, why in result["skipped"].items():
         lines += [f"Not run: {name}: {why}.", ""]
     if any(c.get("drained") for c in result["cells"]):
