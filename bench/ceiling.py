@@ -190,9 +190,5 @@ def _depth(dsn: str, visible: bool = False) -> int:
     with db.connect(dsn) as conn:
         if not visible:
             return QueuePg.depth(conn)
-        row = conn.execute(
-            "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q ON q.id = m.queue_id"
-            " WHERE q.name = %s AND m.visible_at <= now()",
-            [peers.QUEUE],
-        ).fetchone()
+        row = conn.execute("SELECT visible FROM queue_pg.stats(%s)", [peers.QUEUE]).fetchone()
         return int(row[0]) if row else 0

@@ -30,12 +30,10 @@ __all__ = ["SCENARIO", "run"]
 RESULT_NAME = "soak"
 QUEUE = "soak"
 
-_SAMPLE_SQL = """
+_SIZES_SQL = """
 SELECT pg_relation_size('queue_pg.messages'), pg_indexes_size('queue_pg.messages'),
-       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
-       coalesce(s.autovacuum_count + s.vacuum_count, 0), pg_current_wal_lsn() - '0/0'::pg_lsn
-FROM (SELECT 1) one
-LEFT JOIN pg_stat_user_tables s ON s.relid = 'queue_pg.messages'::regclass
+       coalesce((SELECT n_live_tup FROM pg_stat_user_tables
+                 WHERE relid = 'queue_pg.messages'::regclass), 0)
 """
 
 
@@ -173,17 +171,19 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                 log(f"  {hold_started:6.1f} s: long transaction opened for {p.hold:.0f} s")
             if now >= next_at:
                 d = deleted.value
-                row = conn.execute(_SAMPLE_SQL).fetchone()
+                row = conn.execute(_SIZES_SQL).fetchone()
                 assert row is not None
-                heap, index, live, dead, vacuums, wal = row
+                heap, index, live = row
+                server = db.server_activity(conn, ["queue_pg.messages"])
+                dead = server["dead_tuples"]
                 t = now - began
                 holding = hold_started is not None and t - hold_started < p.hold + p.sample / 2
                 rate = (d - last_deleted) / (now - last_t)
                 samples.append({
                     "t": round(t, 2), "msgs_per_s": round(rate, 1), "deleted": d,
                     "queued": sent.value - d, "heap_bytes": heap, "index_bytes": index,
-                    "live_tuples": live, "dead_tuples": dead, "vacuums": vacuums,
-                    "checkpoints": db.checkpoints(conn), "wal_bytes": int(wal),
+                    "live_tuples": live, "dead_tuples": dead, "vacuums": server["vacuums"],
+                    "checkpoints": server["checkpoints"], "wal_bytes": server["wal_bytes"],
                     "holding": bool(holding and hold_started is not None and t >= hold_started),
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""

@@ -1286,3 +1286,26 @@ def test_long_poll_on_a_queue_dropped_and_created_again_still_wakes_up(
     thread.join()
     assert [m.body for m in got] == ["new"]
     assert end - times["committed"] < 0.6
+
+
+def test_rows_decode_by_column_name_whatever_the_order() -> None:
+    """Rows are tuples matched to the dataclass by column name: in field order they build
+    positionally; reordered or with a column a newer schema added they still decode; a
+    missing column is an error that says so."""
+    from datetime import datetime, timezone
+
+    from queue_pg import _ops
+    from queue_pg.types import Message
+
+    now = datetime.now(timezone.utc)
+    values = {"id": 7, "queue": "q", "body": {"a": 1}, "attributes": None, "receipt": "r",
+              "receive_count": 1, "enqueued_at": now, "first_received_at": now,
+              "visible_until": now, "expires_at": None}
+    want = Message(**values)
+    in_order = tuple(values)
+    decode = _ops._many(_ops.message)
+    assert decode(in_order, [tuple(values.values())]) == [want]
+    shuffled = ("extra", *reversed(in_order))
+    assert decode(shuffled, [("x", *reversed(tuple(values.values())))]) == [want]
+    with pytest.raises(RuntimeError, match="receipt"):
+        decode(tuple(c for c in in_order if c != "receipt"), [tuple(range(9))])
