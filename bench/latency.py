@@ -5,6 +5,12 @@ PGMQ: ``read_with_poll``, which re-reads in the server every 10 ms) and deletes 
 the parent sends single messages at a fixed rate, each carrying the ``time.monotonic()`` of the
 moment before its send call (the clock is system-wide, so two processes share it). Latency is
 the consumer's clock when its receive returns minus that stamp: commit, wake-up and receive.
+
+Two floors run beside the systems, the latency counterpart of the throughput ceiling:
+``ceiling`` sends queue_pg's own statements from bare psycopg (one connection each side, the
+consumer LISTENs once), so the difference to queue_pg is the Python client; ``postgres`` is the
+least any durable SKIP LOCKED queue does on the machine (an INSERT with a NOTIFY, then one
+UPDATE … SKIP LOCKED on a table with one index, each committed).
 """
 
 from __future__ import annotations
@@ -14,8 +20,12 @@ import math
 import multiprocessing as mp
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from bench import Scenario, db, peers
 from bench.report import (
@@ -33,6 +43,8 @@ RESULT_NAME = "latency"
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
 POLL_WAIT = 5.0  #: seconds each long poll may wait
+CEILING = "ceiling"  #: queue_pg's statements from bare psycopg
+POSTGRES = "postgres"  #: a minimal durable SKIP LOCKED queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +54,100 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _SqlCeiling(peers.Driver):
+    """queue_pg's statements (those of Client.send / receive / delete_batch), bare psycopg."""
+
+    name: ClassVar[str] = CEILING
+    label: ClassVar[str] = "ceiling: queue_pg's SQL, bare psycopg"
+
+    @classmethod
+    def install(cls, dsn: str) -> dict[str, Any]:
+        return peers.get("queue_pg").install(dsn)
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.conn = db.connect(dsn)
+        self.listening = False
+
+    def send(self, bodies: Sequence[dict[str, Any]]) -> None:
+        self.conn.execute("select queue_pg.send(%s, %s::jsonb, debounce => true)",
+                          [peers.QUEUE, Jsonb(bodies[0])])
+
+    def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        if not self.listening:
+            row = self.conn.execute("select queue_pg.channel(%s)", [peers.QUEUE]).fetchone()
+            assert row is not None
+            channel = row[0]
+            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self.listening = True
+        deadline = time.monotonic() + wait
+        while True:
+            rows = self.conn.execute(
+                "select receipt, body from queue_pg._receive(%s, %s, null, %s, false)",
+                [peers.QUEUE, n, wait]).fetchall()
+            left = deadline - time.monotonic()
+            if rows or left <= 0:
+                return [(r, b) for r, b in rows]
+            for _ in self.conn.notifies(timeout=min(left, 1.0), stop_after=1):
+                pass
+
+    def delete(self, handles: Sequence[Any]) -> None:
+        self.conn.execute("select * from queue_pg.delete_batch(%s, %s::text[])",
+                          [peers.QUEUE, list(handles)])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _BarePostgres(_SqlCeiling):
+    """The least a durable SKIP LOCKED queue does: no ttl, receipts, counters or checks."""
+
+    name: ClassVar[str] = POSTGRES
+    label: ClassVar[str] = "postgres: INSERT + NOTIFY, UPDATE … SKIP LOCKED"
+
+    @classmethod
+    def install(cls, dsn: str) -> dict[str, Any]:
+        with db.connect(dsn) as conn:
+            conn.execute("CREATE TABLE floor_q (id bigserial PRIMARY KEY,"
+                         " visible_at timestamptz NOT NULL DEFAULT now(), body jsonb NOT NULL)")
+            conn.execute("CREATE INDEX ON floor_q (visible_at)")
+        return {"install": "one table, one index"}
+
+    def send(self, bodies: Sequence[dict[str, Any]]) -> None:
+        self.conn.execute("WITH i AS (INSERT INTO floor_q (body) VALUES (%s) RETURNING id)"
+                          " SELECT pg_notify('floor_q', ''), (SELECT id FROM i)",
+                          [Jsonb(bodies[0])])
+
+    def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        if not self.listening:
+            self.conn.execute("LISTEN floor_q")
+            self.listening = True
+        deadline = time.monotonic() + wait
+        while True:
+            rows = self.conn.execute(
+                "UPDATE floor_q SET visible_at = now() + interval '30 seconds' WHERE id IN"
+                " (SELECT id FROM floor_q WHERE visible_at <= now() ORDER BY visible_at"
+                "  LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, body", [n]).fetchall()
+            left = deadline - time.monotonic()
+            if rows or left <= 0:
+                return [(i, b) for i, b in rows]
+            for _ in self.conn.notifies(timeout=min(left, 1.0), stop_after=1):
+                pass
+
+    def delete(self, handles: Sequence[Any]) -> None:
+        self.conn.execute("DELETE FROM floor_q WHERE id = ANY(%s)", [list(handles)])
+
+
+_FLOORS: dict[str, type[peers.Driver]] = {CEILING: _SqlCeiling, POSTGRES: _BarePostgres}
+
+
+def _driver(system: str) -> type[peers.Driver]:
+    return _FLOORS.get(system) or peers.get(system)
+
+
 def _consumer(system: str, dsn: str, count: int, ready: Any, results: Any) -> None:
     try:
-        driver = peers.get(system)(dsn)
+        driver = _driver(system)(dsn)
         driver.receive_wait(1, 0.5)  # warm the connection (and the LISTEN path)
     except BaseException:
         ready.put(traceback.format_exc())
@@ -77,7 +180,7 @@ def measure(system: str, dsn: str, rate: float, count: int) -> dict[str, Any]:
         if err:
             return {"error": err.strip().splitlines()[-1], "traceback": err}
         time.sleep(0.5)  # the consumer is now idle in its long poll
-        producer = peers.get(system)(dsn)
+        producer = _driver(system)(dsn)
         t0 = time.monotonic()
         send_s: list[float] = []
         for i in range(count):
@@ -115,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     results: dict[str, Any] = {}
     info: dict[str, Any] = {}
-    for name in systems:
-        driver = peers.get(name)
+    for name in [*systems, CEILING, POSTGRES]:
+        driver = _driver(name)
         why = driver.unsupported("latency", 1)
         if why:
             results[name] = {"note": f"n/a ({why})"}
@@ -156,10 +259,12 @@ def run(args: argparse.Namespace) -> int:
     waits = {
         "queue_pg": "LISTEN/NOTIFY, `receive(wait=…)`",
         "pgmq": "`read_with_poll`, 10 ms server-side poll",
+        CEILING: "LISTEN once, `queue_pg._receive` on NOTIFY",
+        POSTGRES: "LISTEN once, `UPDATE … SKIP LOCKED` on NOTIFY",
     }
     rows: list[list[object]] = []
     for name, r in results.items():
-        label = peers.get(name).label
+        label = _driver(name).label
         if "latency" in r:
             s = r["latency"]
             rows.append([label, f"{r['received']}/{r['sent']}", f"{s.p50_ms:.2f}",
@@ -177,6 +282,10 @@ def run(args: argparse.Namespace) -> int:
         "",
         markdown_table(headers, rows, "lrrrrrl"),
         "",
+        "The two last rows are floors, not peers: queue_pg's own statements from bare psycopg"
+        " (what the Python client adds is the difference), and the least any durable SKIP"
+        " LOCKED queue does (two commits, a NOTIFY, two wake-ups).",
+        "",
         f"Target (issue 3): p50 < {TARGET_P50_MS:g} ms, p99 < {TARGET_P99_MS:g} ms — {met}.",
         "",
         *[f"Not run: {k}: {v}.\n" for k, v in skipped.items()],
@@ -189,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
 
     png = chart.latency_chart(
         "send to receive latency",
-        {peers.get(k).label: {"p50": v["latency"].p50_ms, "p99": v["latency"].p99_ms,
+        {_driver(k).label: {"p50": v["latency"].p50_ms, "p99": v["latency"].p99_ms,
                               "max": v["latency"].max_ms}
          for k, v in results.items() if "latency" in v},
         out_dir / f"{RESULT_NAME}.png",

@@ -168,7 +168,10 @@ def summary_markdown(out: Path, command: str, elapsed: float) -> str:
         ours_l = res.get("queue_pg", {}).get("latency")
         for stat in ("p50_ms", "p99_ms", "max_ms"):
             mine = ours_l[stat] if ours_l else None
-            row = ["latency, send → receive", stat.replace("_ms", "") + " ms", _num(mine), "—"]
+            floor = res.get("ceiling", {}).get("latency")
+            row = ["latency, send → receive (ceiling: its SQL from bare psycopg)",
+                   stat.replace("_ms", "") + " ms", _num(mine),
+                   _with_ratio(floor[stat], mine / floor[stat]) if floor and mine else "—"]
             for p in peer_names:
                 r_p = res.get(p)
                 if r_p is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
@@ -132,6 +133,10 @@ class AsyncClient:
             )
         self._sweep_interval = sweep_interval
         self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
+        # own pooled connection -> the channel it still LISTENs on (see Client._listen)
+        self._listening: weakref.WeakKeyDictionary[AsyncConnection, str] = (
+            weakref.WeakKeyDictionary()
+        )
         self._next_sweep = monotonic()
         # warns once when the server is lost, informs when it is back (see queue_pg._retry)
         self._outage = _retry.Outage(logging.getLogger("queue_pg.client"), "queue_pg async client")
@@ -213,8 +218,12 @@ class AsyncClient:
             yield conn
 
     async def _check_lent(self, conn: AsyncConnection) -> None:
-        """The pool's check of a connection it lends: a dead one is replaced."""
+        """The pool's check of a connection it lends: a dead one is replaced (a listening one
+        first drops its notifications, as in Client._check_lent)."""
         try:
+            if conn in self._listening:
+                async for _ in conn.notifies(timeout=0):
+                    pass
             await _retry.acheck(conn)
         except Exception as exc:
             self._outage.failed(exc)
@@ -361,10 +370,9 @@ class AsyncClient:
         deadline = start + timeout
         async with self._listener(own) as listener:
             channel = await self.channel(queue, conn=listener)
+            keep = self._owns_pool  # a caller's pool gets its connections back clean
             try:
-                await _execute(listener, _ops.listen(channel))
-                if not listener.autocommit:
-                    await listener.commit()
+                await self._listen(listener, channel, keep)
                 woken = self._woken.get(queue)
                 while True:
                     result = await attempt()
@@ -381,7 +389,8 @@ class AsyncClient:
                     async for _ in listener.notifies(timeout=wake, stop_after=1):
                         woken = self._woken[queue] = monotonic()
             finally:
-                await self._unlisten(listener, channel)
+                if not keep:
+                    await self._unlisten(listener, channel)
 
     @asynccontextmanager
     async def _listener(self, own: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
@@ -390,6 +399,21 @@ class AsyncClient:
         else:
             async with self._borrow() as conn:
                 yield conn
+
+    async def _listen(self, listener: AsyncConnection, channel: str, keep: bool) -> None:
+        """LISTEN on ``channel``; ``keep`` as in Client._listen."""
+        if keep and self._listening.get(listener) == channel:
+            async for _ in listener.notifies(timeout=0):
+                pass
+            return
+        old = self._listening.pop(listener, None)
+        if old is not None:
+            await _execute(listener, _ops.unlisten(old))
+        await _execute(listener, _ops.listen(channel))
+        if not listener.autocommit:
+            await listener.commit()  # LISTEN takes effect at commit
+        if keep:
+            self._listening[listener] = channel
 
     @staticmethod
     async def _unlisten(listener: AsyncConnection, channel: str) -> None:

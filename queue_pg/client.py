@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -184,6 +185,8 @@ class Client:
             )
         self._sweep_interval = sweep_interval
         self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
+        # own pooled connection -> the channel it still LISTENs on (see _listen)
+        self._listening: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
         self._next_sweep = monotonic()
         self._sweep_lock = threading.Lock()
 
@@ -202,8 +205,13 @@ class Client:
 
     def _check_lent(self, conn: Connection) -> None:
         """The pool's check of a connection it lends: a dead one (server restarted) is
-        replaced, and the pool reconnects with backoff; costs a poll() when alive."""
+        replaced, and the pool reconnects with backoff; costs a poll() when alive. A connection
+        still listening (see _listen) first drops the notifications it has read or been sent,
+        so they neither pile up nor make it look dead."""
         try:
+            if conn in self._listening:
+                for _ in conn.notifies(timeout=0):
+                    pass
             _retry.check(conn)
         except Exception as exc:
             self._outage.failed(exc)
@@ -422,10 +430,9 @@ class Client:
         deadline = start + timeout
         with self._listener(own) as listener:
             channel = self.channel(queue, conn=listener)
+            keep = self._owns_pool  # a caller's pool or engine gets its connections back clean
             try:
-                _execute(listener, _ops.listen(channel))
-                if not listener.autocommit:
-                    listener.commit()  # LISTEN takes effect at commit
+                self._listen(listener, channel, keep)
                 woken = self._woken.get(queue)
                 while True:
                     result = attempt()
@@ -442,7 +449,8 @@ class Client:
                     for _ in listener.notifies(timeout=wake, stop_after=1):
                         woken = self._woken[queue] = monotonic()
             finally:
-                self._unlisten(listener, channel)
+                if not keep:
+                    self._unlisten(listener, channel)
 
     def _receive_wait(self, conn: Connection, is_own: bool, queue: str) -> float:
         with _contained(conn, own=is_own):
@@ -457,6 +465,25 @@ class Client:
         else:
             with self._borrow() as conn:
                 yield conn
+
+    def _listen(self, listener: Connection, channel: str, keep: bool) -> None:
+        """LISTEN on ``channel``. ``keep``: the connection is the client's own and stays
+        listening after the poll, so the next poll on it skips the LISTEN and the woken poll
+        returns without an UNLISTEN round trip on its way (the lend check drops what arrives
+        meanwhile). A kept connection listens on one channel at a time."""
+        if keep and self._listening.get(listener) == channel:
+            # Announced before the attempt that follows, which will see those messages.
+            for _ in listener.notifies(timeout=0):
+                pass
+            return
+        old = self._listening.pop(listener, None)
+        if old is not None:
+            _execute(listener, _ops.unlisten(old))
+        _execute(listener, _ops.listen(channel))
+        if not listener.autocommit:
+            listener.commit()  # LISTEN takes effect at commit
+        if keep:
+            self._listening[listener] = channel
 
     @staticmethod
     def _unlisten(listener: Connection, channel: str) -> None:

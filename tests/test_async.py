@@ -224,6 +224,40 @@ async def test_send_in_the_callers_transaction(aclient: AsyncClient, clean: str)
     assert [m.body for m in await aclient.peek("jobs", 10)] == ["kept"]
 
 
+async def test_own_pool_stays_listening_between_long_polls(clean: str) -> None:
+    """As Client's: the LISTEN stays, one channel at a time, the lend check drains."""
+    client = await AsyncClient.open(clean, min_size=1, max_size=1, sweep_interval=None)
+    try:
+        await client.create_queue("jobs")
+        await client.create_queue("other")
+        pool = client._pool
+        assert pool is not None
+
+        async def listening() -> list[str]:
+            async with pool.connection() as c:
+                cur = await c.execute("SELECT pg_listening_channels()")
+                return [r[0] for r in await cur.fetchall()]
+
+        assert await client.receive("jobs", wait=0.1) == []
+        assert await listening() == [await client.channel("jobs")]
+        for i in range(20):
+            await client.send("jobs", i)
+            await asyncio.sleep(0.003)
+        async with pool.connection() as c:
+            assert [n async for n in c.notifies(timeout=0.05)] == []
+        assert len(await client.receive("jobs", 20, wait=1)) == 20
+        task = asyncio.create_task(send_later(clean, "jobs", "late", after=0.2))
+        got = await client.receive("jobs", wait=5)
+        end = time.monotonic()
+        committed = await task
+        assert [m.body for m in got] == ["late"]
+        assert end - committed < 0.6
+        assert await client.receive("other", wait=0.1) == []
+        assert await listening() == [await client.channel("other")]
+    finally:
+        await client.close()
+
+
 async def test_open_lazily_and_on_a_borrowed_pool(clean: str) -> None:
     lazy = AsyncClient(clean, sweep_interval=None)  # opens its pool on first use
     try:

@@ -1273,6 +1273,38 @@ def test_a_long_poll_leaves_no_listener_on_the_pooled_connection(clean: str) -> 
             assert list(c.notifies(timeout=0.05)) == []
 
 
+def test_own_pool_stays_listening_between_long_polls(clean: str) -> None:
+    """The client's own connection keeps its LISTEN after a long poll (no UNLISTEN round trip
+    on the woken poll's way back, no LISTEN on the next), one channel at a time, and the pool's
+    lend check drops what arrives meanwhile, so nothing piles up or looks like a dead socket."""
+    with Client(clean, min_size=1, max_size=1, sweep_interval=None) as client:
+        client.create_queue("jobs")
+        client.create_queue("other")
+        assert client._pool is not None
+
+        def listening() -> list[str]:
+            assert client._pool is not None
+            with client._pool.connection() as c:
+                return [r[0] for r in c.execute("SELECT pg_listening_channels()").fetchall()]
+
+        assert client.receive("jobs", wait=0.1) == []
+        assert listening() == [client.channel("jobs")]
+        for i in range(20):
+            client.send("jobs", i)  # each may NOTIFY the client's own listening connection
+            time.sleep(0.003)  # past the 2 ms debounce
+        with client._pool.connection() as c:  # lent: the check has drained them
+            assert list(c.notifies(timeout=0.05)) == []
+        assert len(client.receive("jobs", 20, wait=1)) == 20
+        thread, times = send_later(clean, "jobs", "late", after=0.2)
+        got = client.receive("jobs", wait=5)
+        end = time.monotonic()
+        thread.join()
+        assert [m.body for m in got] == ["late"]
+        assert end - times["committed"] < 0.6  # woken by the kept LISTEN, not the 1 s re-check
+        assert client.receive("other", wait=0.1) == []
+        assert listening() == [client.channel("other")]
+
+
 def test_long_poll_on_a_queue_dropped_and_created_again_still_wakes_up(
     client: Client, clean: str
 ) -> None:

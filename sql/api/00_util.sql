@@ -3,13 +3,19 @@
 -- The server's clock, moved by the session setting queue_pg.time_offset (an interval) so tests and
 -- the model checker can make time pass; a session setting moves only that session's clock.
 -- clock_timestamp, not now(): a long poll and a long transaction must see time go on.
--- plpgsql, not sql: as a SECURITY DEFINER entry point (the view calls it) a sql function would be
--- planned anew on every call.
+-- _now is what the functions use: a one-expression sql function, inlined where it is called.
+-- now() is the entry point for callers (and the view); plpgsql, because a SECURITY DEFINER sql
+-- function is planned anew on every call.
+CREATE OR REPLACE FUNCTION queue_pg._now() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+    SELECT clock_timestamp()
+         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0')
+$$;
+
 CREATE OR REPLACE FUNCTION queue_pg.now() RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
-    RETURN clock_timestamp()
-         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0');
+    RETURN queue_pg._now();
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._raise(code text, msg text) RETURNS void
@@ -23,18 +29,26 @@ CREATE OR REPLACE FUNCTION queue_pg._fmt(v double precision) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN v IS NULL THEN 'NULL' ELSE v::numeric::text END $$;
 
 -- Refuses NaN, infinities and values outside [lo, hi]; the message names parameter, value, range.
+-- The test is a one-expression sql function, inlined into its caller's expression (a plpgsql
+-- call of its own cost each entry point a few µs per check, and more on an idle server whose
+-- caches went cold: see docs/design.md, "Latency"); only a refusal calls plpgsql, to raise.
+CREATE OR REPLACE FUNCTION queue_pg._out_of_range(param text, v double precision, lo double precision,
+                                                  hi double precision, unit text)
+RETURNS double precision
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'QP003',
+        MESSAGE = format('%s = %s is out of range: allowed %s to %s %s', param,
+                         coalesce(v::text, 'NULL'), queue_pg._fmt(lo), queue_pg._fmt(hi), unit);
+END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg._check(param text, v double precision, lo double precision,
                                            hi double precision, unit text DEFAULT 'seconds')
 RETURNS double precision
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF v IS NULL OR v = 'NaN'::float8 OR v < lo OR v > hi THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('%s = %s is out of range: allowed %s to %s %s', param,
-                             coalesce(v::text, 'NULL'), queue_pg._fmt(lo), queue_pg._fmt(hi), unit);
-    END IF;
-    RETURN v;
-END $$;
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN v IS NULL OR v = 'NaN'::float8 OR v < lo OR v > hi
+                THEN queue_pg._out_of_range(param, v, lo, hi, unit) ELSE v END
+$$;
 
 CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;

@@ -10,3 +10,4 @@ DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double prec
 DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[]);
 DROP FUNCTION IF EXISTS queue_pg._create_claim_sequences(integer);
 DROP FUNCTION IF EXISTS queue_pg._history_rows(queue_pg.queues, queue_pg.messages[], text, timestamptz);
+DROP FUNCTION IF EXISTS queue_pg._check_ttl(double precision);

@@ -59,7 +59,7 @@ BEGIN
         DELETE FROM queue_pg.in_flight WHERE queue_id = q.id;
     ELSE
         INSERT INTO queue_pg.in_flight (queue_id, n)
-        VALUES (q.id, queue_pg._in_flight_exact(q, queue_pg.now()))
+        VALUES (q.id, queue_pg._in_flight_exact(q, queue_pg._now()))
         ON CONFLICT (queue_id) DO NOTHING;
     END IF;
 END $$;

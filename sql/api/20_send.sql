@@ -23,14 +23,18 @@ BEGIN
     END IF;
 END $$;
 
-CREATE OR REPLACE FUNCTION queue_pg._check_ttl(ttl double precision) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION queue_pg._bad_ttl(ttl double precision) RETURNS double precision
+LANGUAGE plpgsql AS $$
 BEGIN
-    IF ttl IS NOT NULL AND (ttl <= 0 OR ttl = 'NaN' OR ttl > 3153600000) THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('ttl = %s is out of range: allowed more than 0 up to 3153600000 seconds (100 years)', ttl);
-    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'QP003',
+        MESSAGE = format('ttl = %s is out of range: allowed more than 0 up to 3153600000 seconds (100 years)', ttl);
 END $$;
+
+-- The ttl itself; inlined like queue_pg._check.
+CREATE OR REPLACE FUNCTION queue_pg._checked_ttl(ttl double precision) RETURNS double precision
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN ttl <= 0 OR ttl = 'NaN' OR ttl > 3153600000 THEN queue_pg._bad_ttl(ttl) ELSE ttl END
+$$;
 
 -- Wakes the queue's listeners. NOTIFY serializes committing transactions on a cluster-wide
 -- lock held through the WAL flush, so a notify per send caps concurrent senders at one commit at
@@ -70,11 +74,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
     d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
-    t double precision := coalesce(ttl, q.message_ttl);
-    n timestamptz := queue_pg.now();
+    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
+    n timestamptz := queue_pg._now();
     new_id bigint;
 BEGIN
-    PERFORM queue_pg._check_ttl(ttl);
     PERFORM queue_pg._check_body(q, body, attributes);
     INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
     VALUES (q.id, n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes)
@@ -98,12 +101,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
     d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
-    t double precision := coalesce(ttl, q.message_ttl);
-    n timestamptz := queue_pg.now();
+    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
+    n timestamptz := queue_pg._now();
     cnt integer := coalesce(cardinality(bodies), 0);
     bad record;
 BEGIN
-    PERFORM queue_pg._check_ttl(ttl);
     PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
     IF attributes IS NOT NULL AND cardinality(attributes) <> cnt THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',

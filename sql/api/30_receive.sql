@@ -39,7 +39,7 @@ CREATE OR REPLACE FUNCTION queue_pg._claim(q queue_pg.queues, max_messages integ
 RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql SET enable_bitmapscan = off SET enable_sort = off AS $$
 DECLARE
-    n timestamptz := queue_pg.now();
+    n timestamptz := queue_pg._now();
     want integer := max_messages;
     held bigint;
     ids bigint[];

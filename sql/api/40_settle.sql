@@ -43,7 +43,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
-    n timestamptz := queue_pg.now();
+    n timestamptz := queue_pg._now();
     m queue_pg.messages;
     why text;
 BEGIN
@@ -72,7 +72,7 @@ RETURNS TABLE (receipt text, deleted boolean, error text)
 LANGUAGE plpgsql AS $$
 DECLARE
     key bytea := queue_pg._key();
-    n timestamptz := queue_pg.now();
+    n timestamptz := queue_pg._now();
     cnt integer := coalesce(cardinality(receipts), 0);
     dup text;
     ids bigint[];
@@ -144,7 +144,7 @@ RETURNS queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
-    n timestamptz := queue_pg.now();
+    n timestamptz := queue_pg._now();
     m queue_pg.messages;
     cap timestamptz;
     was_in boolean;
@@ -228,7 +228,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'receive');
     r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
-    n timestamptz := queue_pg.now();
+    n timestamptz := queue_pg._now();
     found_id bigint;
     why text;
 BEGIN

@@ -6,7 +6,7 @@ RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'receive');
-    at timestamptz := queue_pg.now();
+    at timestamptz := queue_pg._now();
 BEGIN
     PERFORM queue_pg._check('n', n, 1, 1000, 'messages');
     RETURN QUERY
@@ -23,7 +23,7 @@ CREATE OR REPLACE FUNCTION queue_pg.purge(queue text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
-    at timestamptz := queue_pg.now();
+    at timestamptz := queue_pg._now();
     cnt bigint;
 BEGIN
     WITH d AS (DELETE FROM queue_pg.messages m WHERE m.queue_id = q.id RETURNING m.*),
@@ -87,7 +87,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.sweep(max_rows integer DEFAULT 10000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    at timestamptz := queue_pg.now();
+    at timestamptz := queue_pg._now();
     cnt bigint;
 BEGIN
     PERFORM queue_pg._check('max_rows', max_rows, 1, 1000000, 'rows');
@@ -121,7 +121,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     d queue_pg.queues := queue_pg._queue(dlq, 'manage');
     target queue_pg.queues;
-    at timestamptz := queue_pg.now();
+    at timestamptz := queue_pg._now();
     cnt bigint;
     qids integer[];
 BEGIN
