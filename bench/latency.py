@@ -74,22 +74,29 @@ class _SqlCeiling(peers.Driver):
                           [peers.QUEUE, Jsonb(bodies[0])])
 
     def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        """LISTEN once; then claim, and wait for a NOTIFY (or a second) while nothing comes."""
         if not self.listening:
-            row = self.conn.execute("select queue_pg.channel(%s)", [peers.QUEUE]).fetchone()
-            assert row is not None
-            channel = row[0]
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel())))
             self.listening = True
         deadline = time.monotonic() + wait
         while True:
-            rows = self.conn.execute(
-                "select receipt, body from queue_pg._receive(%s, %s, null, %s, false)",
-                [peers.QUEUE, n, wait]).fetchall()
+            rows = self._claim(n, wait)
             left = deadline - time.monotonic()
             if rows or left <= 0:
-                return [(r, b) for r, b in rows]
+                return rows
             for _ in self.conn.notifies(timeout=min(left, 1.0), stop_after=1):
                 pass
+
+    def _channel(self) -> str:
+        row = self.conn.execute("select queue_pg.channel(%s)", [peers.QUEUE]).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def _claim(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "select receipt, body from queue_pg._receive(%s, %s, null, %s, false)",
+            [peers.QUEUE, n, wait]).fetchall()
+        return [(r, b) for r, b in rows]
 
     def delete(self, handles: Sequence[Any]) -> None:
         self.conn.execute("select * from queue_pg.delete_batch(%s, %s::text[])",
@@ -118,21 +125,15 @@ class _BarePostgres(_SqlCeiling):
                           " SELECT pg_notify('floor_q', ''), (SELECT id FROM i)",
                           [Jsonb(bodies[0])])
 
-    def receive_wait(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
-        if not self.listening:
-            self.conn.execute("LISTEN floor_q")
-            self.listening = True
-        deadline = time.monotonic() + wait
-        while True:
-            rows = self.conn.execute(
-                "UPDATE floor_q SET visible_at = now() + interval '30 seconds' WHERE id IN"
-                " (SELECT id FROM floor_q WHERE visible_at <= now() ORDER BY visible_at"
-                "  LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, body", [n]).fetchall()
-            left = deadline - time.monotonic()
-            if rows or left <= 0:
-                return [(i, b) for i, b in rows]
-            for _ in self.conn.notifies(timeout=min(left, 1.0), stop_after=1):
-                pass
+    def _channel(self) -> str:
+        return "floor_q"
+
+    def _claim(self, n: int, wait: float) -> list[tuple[Any, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "UPDATE floor_q SET visible_at = now() + interval '30 seconds' WHERE id IN"
+            " (SELECT id FROM floor_q WHERE visible_at <= now() ORDER BY visible_at"
+            "  LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, body", [n]).fetchall()
+        return [(i, b) for i, b in rows]
 
     def delete(self, handles: Sequence[Any]) -> None:
         self.conn.execute("DELETE FROM floor_q WHERE id = ANY(%s)", [list(handles)])
