@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.pq import Format
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -29,6 +30,7 @@ from queue_pg import (
     QueueNotFound,
     QueueStats,
     StaleReceipt,
+    _ops,
 )
 
 
@@ -222,6 +224,20 @@ async def test_send_in_the_callers_transaction(aclient: AsyncClient, clean: str)
         await aclient.send("jobs", "kept", conn=tx)
         await tx.commit()
     assert [m.body for m in await aclient.peek("jobs", 10)] == ["kept"]
+
+
+async def test_own_pool_loads_jsonb_with_the_faster_loader(clean: str) -> None:
+    """As Client's: own connections get _ops._JsonbLoader, bodies decode as json.loads would."""
+    client = await AsyncClient.open(clean, min_size=1, max_size=1, sweep_interval=None)
+    try:
+        await client.create_queue("jobs")
+        await client.send("jobs", {"a": ["é", 1.5, None]})
+        (got,) = await client.receive("jobs")
+        assert got.body == {"a": ["é", 1.5, None]}
+        async with client._borrow() as own:
+            assert own.adapters.get_loader(3802, Format.TEXT) is _ops._JsonbLoader
+    finally:
+        await client.close()
 
 
 async def test_own_pool_stays_listening_between_long_polls(clean: str) -> None:

@@ -7,6 +7,8 @@ handed to a method as ``conn=`` (see ``advance``); long polling uses real, sub-s
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
 import threading
@@ -18,6 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import conninfo
+from psycopg.pq import Format
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 from sqlalchemy import URL, create_engine, text
 
@@ -39,6 +43,7 @@ from queue_pg import (
     QueueNotFound,
     QueueStats,
     StaleReceipt,
+    _ops,
 )
 
 Snapshot = Callable[[], dict[str, list[Any]]]
@@ -1326,7 +1331,6 @@ def test_rows_decode_by_column_name_whatever_the_order() -> None:
     missing column is an error that says so."""
     from datetime import datetime, timezone
 
-    from queue_pg import _ops
     from queue_pg.types import Message
 
     now = datetime.now(timezone.utc)
@@ -1341,3 +1345,55 @@ def test_rows_decode_by_column_name_whatever_the_order() -> None:
     assert decode(shuffled, [("x", *reversed(tuple(values.values())))]) == [want]
     with pytest.raises(RuntimeError, match="receipt"):
         decode(tuple(c for c in in_order if c != "receipt"), [tuple(range(9))])
+    # the positional builder sets the slots itself: still a frozen, hashable Message
+    built = decode(in_order, [tuple(values.values())])[0]
+    assert type(built) is Message and built == want and repr(built) == repr(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.receipt = "other"  # type: ignore[misc]
+
+
+TRICKY_BODIES: list[Any] = [
+    {"nested": {"list": [1, 2.5, -0.0, 1e308, 2**70, -(2**63)], "t": True, "n": None}},
+    "quotes \" and \\ backslashes, tab\t, newline\n",
+    "é, 漢字, 🎉 (outside the BMP), \u2028",
+    [],
+    {},
+    0.1,
+    12345678901234567890123,
+    "",
+]
+
+
+def test_own_pool_loads_jsonb_exactly_as_json_loads(client: queue_pg.Client, clean: str) -> None:
+    """The client's own connections load jsonb with the faster loader (_ops._JsonbLoader); every
+    body decodes to what json.loads makes of the server's own text for it."""
+    client.create_queue("jobs")
+    client.send_batch("jobs", TRICKY_BODIES)
+    got = client.receive("jobs", 10)
+    with psycopg.connect(clean, autocommit=True) as plain:
+        texts = dict(plain.execute("select id, body::text from queue_pg.messages").fetchall())
+    assert [m.body for m in got] == [json.loads(texts[m.id]) for m in got]
+    assert len(got) == len(TRICKY_BODIES)  # (jsonb itself reorders keys, normalises numbers)
+    assert sorted(m.body for m in got if isinstance(m.body, str)) == sorted(
+        b for b in TRICKY_BODIES if isinstance(b, str)
+    )
+    with client._borrow() as own:
+        assert own.adapters.get_loader(3802, Format.TEXT) is _ops._JsonbLoader
+
+
+def test_jsonb_loader_falls_back_to_json_loads_and_keeps_custom_loads(conn: psycopg.Connection) -> None:
+    """Text PostgreSQL never sends (whitespace around, trailing data, invalid) goes to json.loads,
+    so values and errors are its own; a connection whose jsonb loading was customised keeps it."""
+    load = _ops._JsonbLoader(3802).load
+    assert load(b' {"a": [1, 2]} ') == {"a": [1, 2]}
+    for bad in (b'{"a": 1} x', b"{'a': 1}", b""):
+        with pytest.raises(json.JSONDecodeError) as got:
+            load(bad)
+        with pytest.raises(json.JSONDecodeError) as want:
+            json.loads(bad)
+        assert str(got.value) == str(want.value)
+
+    set_json_loads(lambda text: ("custom", text), conn)
+    _ops.fast_jsonb(conn.adapters)
+    assert conn.adapters.get_loader(3802, Format.TEXT) is not _ops._JsonbLoader
+    assert conn.execute("""select '{"a": 1}'::jsonb""").fetchone() == (("custom", b'{"a": 1}'),)
