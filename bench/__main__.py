@@ -12,7 +12,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import Scenario, cycle, latency, leased_head, run_all, send, soak, worker
+from bench import (
+    Scenario,
+    client_cpu,
+    cycle,
+    latency,
+    leased_head,
+    run_all,
+    send,
+    soak,
+    worker,
+)
 from bench.report import DEFAULT_OUT, command_line
 
 #: Every scenario, in the order ``--help`` lists them. A new scenario adds its module here.
@@ -22,6 +32,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     latency.SCENARIO,
     worker.SCENARIO,
     leased_head.SCENARIO,
+    client_cpu.SCENARIO,
     soak.SCENARIO,
 )
 

@@ -1,9 +1,9 @@
 """``python -m bench all``: every scenario in one session on one server, then one summary.
 
-Runs send, cycle, latency, worker, leased-head (and soak, when :mod:`bench.soak` exists and
-defines ``SCENARIO``), each with its own defaults and the shared options given here, then writes
-``<out>/summary.md``: one table, each scenario's cells x systems, with queue_pg's fraction of
-the pgbench ceiling and its multiple of each peer.
+Runs send, cycle, latency, worker, leased-head, client-cpu (and soak, when :mod:`bench.soak`
+exists and defines ``SCENARIO``), each with its own defaults and the shared options given here,
+then writes ``<out>/summary.md``: one table, each scenario's cells x systems, with queue_pg's
+fraction of the pgbench ceiling and its multiple of each peer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bench.throughput import lookup
 __all__ = ["SCENARIO", "summary_markdown"]
 
 #: Scenario names in the order ``all`` runs them (soak added when present).
-ORDER = ("send", "cycle", "latency", "worker", "leased-head")
+ORDER = ("send", "cycle", "latency", "worker", "leased-head", "client-cpu")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +214,15 @@ def summary_markdown(out: Path, command: str, elapsed: float) -> str:
                 mine = client["leased_head"]["receive"]["p50_ms"]
                 row.append(f"{theirs:.3f} ({theirs / mine:.2f}x)")
         rows.append(row)
+
+    cc = _load(out, "client_cpu")
+    if cc is not None:
+        machine = machine or cc["machine"]
+        for r in cc["results"]:
+            ours, base = r["queue_pg"]["cpu_us"], r["psycopg"]["cpu_us"]
+            rows.append(["client CPU µs per receive", f"batch {r['batch']} (ceiling: bare psycopg)",
+                         f"{ours:,.1f}", f"{base:,.1f} ({ours / base:.2f}x)",
+                         *["not measured"] * len(peer_names)])
 
     lines = [
         "## Benchmark summary",

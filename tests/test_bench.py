@@ -65,9 +65,12 @@ def test_all_smoke_writes_every_result_and_the_summary(server_dsn: str, tmp_path
     assert [t["concurrency"] for t in wk["throughput"]] == [1, 4, 16]
     assert all(t["jobs"] == wk["parameters"]["throughput_jobs"] for t in wk["throughput"])
     assert "ratios_leased_over_empty" in _load(tmp_path / "leased_head.json")
+    cpu = _load(tmp_path / "client_cpu.json")
+    assert [r["batch"] for r in cpu["results"]] == [1, 10, 100]
+    assert all(r[v]["cpu_us"] > 0 for r in cpu["results"] for v in ("psycopg", "queue_pg"))
     text = (tmp_path / "summary.md").read_text(encoding="utf-8")
     for row in ("send msg/s", "cycle msg/s", "latency, send → receive", "worker jobs/s",
-                "leased head", "autovacuum"):
+                "leased head", "client CPU µs per receive", "autovacuum"):
         assert row in text
     if importlib.util.find_spec("matplotlib") is not None:
         for scenario in ("send", "cycle", "latency", "worker"):
