@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             for batch in BATCHES:
                 call = _ops.receive(QUEUE, batch, 0, 0)
 
-                def plain(batch: int = batch, call: Any = call) -> int:
+                def plain(call: Any = call) -> int:
                     with bare.cursor(row_factory=tuple_row) as cur:
                         cur.execute(call.query, call.params)
                         return len(cur.fetchall())

@@ -71,7 +71,7 @@ def _slot_setter(cls: type[D], names: tuple[str, ...]) -> Callable[[Row], D]:
 
     A frozen dataclass's __init__ sets each field through ``object.__setattr__``, which looks the
     name up again on every call: a tenth of the client's CPU on a receive of 100. Calling each
-    slot's own setter builds the same object (equal, hashable, still frozen) without the lookup.
+    slot's own setter builds the same object (equal, still frozen) without the lookup.
     The function is generated once per class, as dataclasses generates __init__.
     """
     setters = {f"_set{i}": getattr(cls, n).__set__ for i, n in enumerate(names)}

@@ -63,6 +63,22 @@ async def send_later(dsn: str, queue: str, body: Any, after: float) -> float:
         return time.monotonic()
 
 
+async def woken_by_send(
+    client: AsyncClient, dsn: str, body: Any, after: float = 0.15
+) -> tuple[float, float, float]:
+    """Long-poll "jobs" while another connection sends ``body`` ``after`` seconds later; assert
+    the poll got it, woken by the NOTIFY (the re-check without one comes only a second after the
+    poll began). Returns when the poll started and ended and when the send committed."""
+    sender = asyncio.create_task(send_later(dsn, "jobs", body, after=after))
+    start = time.monotonic()
+    got = await client.receive("jobs", wait=5)
+    end = time.monotonic()
+    committed = await sender
+    assert [m.body for m in got] == [body]
+    assert end - committed < 0.6
+    return start, end, committed
+
+
 async def test_queue_admin(aclient: AsyncClient) -> None:
     await aclient.create_queue("dlq")
     cfg = await aclient.create_queue(
@@ -170,14 +186,8 @@ async def test_errors_are_mapped(aclient: AsyncClient, aconn: psycopg.AsyncConne
 
 async def test_long_poll_wakes_up_on_a_send(aclient: AsyncClient, clean: str) -> None:
     await aclient.create_queue("jobs")
-    sender = asyncio.create_task(send_later(clean, "jobs", "ping", after=0.15))
-    start = time.monotonic()
-    got = await aclient.receive("jobs", wait=5)
-    end = time.monotonic()
-    committed = await sender
-    assert [m.body for m in got] == ["ping"]
+    start, end, committed = await woken_by_send(aclient, clean, "ping")
     assert end - start < 2 and end >= committed - 0.01
-    assert end - committed < 0.6  # NOTIFY, not the one-second re-check
 
 
 async def test_long_poll_waits_for_the_queue_default_and_then_returns_nothing(
@@ -207,12 +217,7 @@ async def test_long_poll_on_a_queue_created_again_still_wakes_up(
     assert await aclient.receive("jobs", wait=0.1) == []
     await aclient.drop_queue("jobs")
     await aclient.create_queue("jobs")
-    sender = asyncio.create_task(send_later(clean, "jobs", "new", after=0.15))
-    got = await aclient.receive("jobs", wait=5)
-    end = time.monotonic()
-    committed = await sender
-    assert [m.body for m in got] == ["new"]
-    assert end - committed < 0.6
+    await woken_by_send(aclient, clean, "new")
 
 
 async def test_send_in_the_callers_transaction(aclient: AsyncClient, clean: str) -> None:
@@ -262,12 +267,7 @@ async def test_own_pool_stays_listening_between_long_polls(clean: str) -> None:
         async with pool.connection() as c:
             assert [n async for n in c.notifies(timeout=0.05)] == []
         assert len(await client.receive("jobs", 20, wait=1)) == 20
-        task = asyncio.create_task(send_later(clean, "jobs", "late", after=0.2))
-        got = await client.receive("jobs", wait=5)
-        end = time.monotonic()
-        committed = await task
-        assert [m.body for m in got] == ["late"]
-        assert end - committed < 0.6
+        await woken_by_send(client, clean, "late", after=0.2)  # by the kept LISTEN
         assert await client.receive("other", wait=0.1) == []
         assert await listening() == [await client.channel("other")]
     finally:

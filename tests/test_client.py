@@ -1140,6 +1140,22 @@ def send_later(
     return thread, times
 
 
+def woken_by_send(
+    client: Client, dsn: str, body: Any, after: float = 0.15
+) -> tuple[float, float, dict[str, float]]:
+    """Long-poll "jobs" while another connection sends ``body`` ``after`` seconds later; assert
+    the poll got it, woken by the NOTIFY (the re-check without one comes only a second after the
+    poll began). Returns when the poll started and ended, and the sender's times."""
+    thread, times = send_later(dsn, "jobs", body, after=after)
+    start = time.monotonic()
+    got = client.receive("jobs", wait=5)
+    end = time.monotonic()
+    thread.join()
+    assert [m.body for m in got] == [body]
+    assert end - times["committed"] < 0.6
+    return start, end, times
+
+
 @pytest.fixture(params=["dsn", "pool", "engine"])
 def any_client(request: pytest.FixtureRequest, clean: str) -> Iterator[Client]:
     """A Client on each kind of source (a caller's pool is not autocommit, nor is an engine)."""
@@ -1158,16 +1174,9 @@ def any_client(request: pytest.FixtureRequest, clean: str) -> Iterator[Client]:
 def test_long_poll_wakes_up_on_a_send(any_client: Client, clean: str) -> None:
     any_client.create_queue("jobs")
     any_client.receive("jobs")  # warm the connection up
-    thread, times = send_later(clean, "jobs", {"wake": "up"}, after=0.15)
-    start = time.monotonic()
-    got = any_client.receive("jobs", wait=5)
-    end = time.monotonic()
-    thread.join()
-    assert [m.body for m in got] == [{"wake": "up"}]
+    start, end, times = woken_by_send(any_client, clean, {"wake": "up"})
     assert end - start < 2
     assert end >= times["sent"]  # it waited for the message rather than returning early
-    # woken by NOTIFY: the re-check without one comes only a second after the poll began
-    assert end - times["committed"] < 0.6
 
 
 def test_long_poll_in_the_callers_transaction_wakes_up_and_rolls_back(
@@ -1300,12 +1309,7 @@ def test_own_pool_stays_listening_between_long_polls(clean: str) -> None:
         with client._pool.connection() as c:  # lent: the check has drained them
             assert list(c.notifies(timeout=0.05)) == []
         assert len(client.receive("jobs", 20, wait=1)) == 20
-        thread, times = send_later(clean, "jobs", "late", after=0.2)
-        got = client.receive("jobs", wait=5)
-        end = time.monotonic()
-        thread.join()
-        assert [m.body for m in got] == ["late"]
-        assert end - times["committed"] < 0.6  # woken by the kept LISTEN, not the 1 s re-check
+        woken_by_send(client, clean, "late", after=0.2)  # by the kept LISTEN
         assert client.receive("other", wait=0.1) == []
         assert listening() == [client.channel("other")]
 
@@ -1317,12 +1321,7 @@ def test_long_poll_on_a_queue_dropped_and_created_again_still_wakes_up(
     assert client.receive("jobs", wait=0.1) == []  # the client has listened for "jobs" once
     client.drop_queue("jobs")
     client.create_queue("jobs")  # a new queue (new id) with the same name
-    thread, times = send_later(clean, "jobs", "new", after=0.15)
-    got = client.receive("jobs", wait=5)
-    end = time.monotonic()
-    thread.join()
-    assert [m.body for m in got] == ["new"]
-    assert end - times["committed"] < 0.6
+    woken_by_send(client, clean, "new")
 
 
 def test_rows_decode_by_column_name_whatever_the_order() -> None:
