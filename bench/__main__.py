@@ -21,6 +21,8 @@ from bench import (
     run_all,
     send,
     soak,
+    spark,
+    tuning,
     worker,
 )
 from bench.report import DEFAULT_OUT, command_line
@@ -34,6 +36,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     leased_head.SCENARIO,
     client_cpu.SCENARIO,
     soak.SCENARIO,
+    tuning.SCENARIO,
+    spark.SCENARIO,
 )
 
 

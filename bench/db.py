@@ -82,18 +82,18 @@ def scratch_database(dsn: str, name: str, *, keep: bool = False) -> Iterator[str
 
 
 def install(dsn: str) -> str:
-    """Install queue_pg in the database of ``dsn`` the way users do: ``queue_pg.migrate``.
+    """Install queue_pg in the database of ``dsn`` the way users do: ``queue_pg.install``.
 
     Falls back to running ``sql/schema/*.sql`` then ``sql/api/*.sql`` of the checkout when the
-    migrate module is not importable. Returns which of the two it used.
+    install module is not importable. Returns which of the two it used.
     """
     try:
-        from queue_pg import migrate
+        from queue_pg.install import migrate
     except ImportError:
         pass
     else:
-        migrate.migrate(dsn)
-        return "queue_pg.migrate.migrate"
+        migrate(dsn)
+        return "queue_pg.install.migrate"
     from queue_pg import _resources
 
     with connect(dsn, autocommit=False) as conn:

@@ -2,7 +2,7 @@
 
 One transaction per upgrade: advisory lock (so concurrent installers queue up), CREATE SCHEMA
 queue_pg (home of the version table ``queue_pg.alembic_version``), the revisions, then the
-``sql/api`` files re-applied when needed. ``queue_pg.migrate.migrate()`` passes its connection in
+``sql/api`` files re-applied when needed. ``queue_pg.install.migrate()`` passes its connection in
 ``config.attributes["connection"]``; run by the alembic CLI instead, the DSN comes from
 ``sqlalchemy.url`` or the ``QUEUE_PG_DSN`` environment variable.
 """
@@ -17,7 +17,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from queue_pg import _resources
-from queue_pg.migrate import (
+from queue_pg.install import (
     MIGRATION_LOCK_KEY,
     SCHEMA,
     MigrationResult,

@@ -11,7 +11,10 @@ from importlib import metadata as _metadata
 from typing import Any
 
 from queue_pg.aio import AsyncClient
-from queue_pg.client import Client, _safe_dsn
+from queue_pg.aio_worker import AsyncWorker
+from queue_pg.backoff import Backoff
+from queue_pg.client import Client
+from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
     AccessDenied,
     InvalidParameter,
@@ -24,8 +27,11 @@ from queue_pg.errors import (
     QueueError,
     QueueInUse,
     QueueNotFound,
+    SchemaMissing,
+    ServerUnavailable,
     StaleReceipt,
 )
+from queue_pg.jobs import AsyncJob, Job, LeaseLost, Reject, current_job
 from queue_pg.tasks import task as task
 from queue_pg.types import (
     DeleteResult,
@@ -35,8 +41,9 @@ from queue_pg.types import (
     QueueSettings,
     QueueStats,
     Seconds,
+    UndecodableBody,
 )
-from queue_pg.worker import AsyncWorker, Job, LeaseLost, Reject, Worker
+from queue_pg.worker import Worker
 
 try:  # the version lives in pyproject.toml only
     __version__ = _metadata.version("queue-pg")
@@ -46,7 +53,9 @@ except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
 __all__ = [
     "AccessDenied",
     "AsyncClient",
+    "AsyncJob",
     "AsyncWorker",
+    "Backoff",
     "Client",
     "DeleteResult",
     "Grant",
@@ -67,11 +76,15 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Reject",
+    "SchemaMissing",
     "Seconds",
+    "ServerUnavailable",
     "StaleReceipt",
+    "UndecodableBody",
     "Worker",
     "__version__",
     "connect",
+    "current_job",
     "task",
 ]
 
@@ -87,5 +100,5 @@ def connect(dsn: str | None = None, **kwargs: Any) -> Client:
     from queue_pg.embedded import resolve_dsn
 
     resolved, origin = resolve_dsn(dsn)
-    logger.info("queue_pg: using %s (%s)", _safe_dsn(resolved), origin)
+    logger.info("queue_pg: using %s (%s)", safe_dsn(resolved), origin)
     return Client(resolved, **kwargs)

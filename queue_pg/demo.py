@@ -31,6 +31,7 @@ from multiprocessing.context import SpawnProcess
 from typing import TYPE_CHECKING, Any
 
 from queue_pg.client import Client
+from queue_pg.dsn import safe_dsn
 from queue_pg.errors import StaleReceipt
 from queue_pg.types import Message, QueueStats
 
@@ -185,8 +186,8 @@ def _bodies(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def run(dsn: str, *, quick: bool = False, messages: int | None = None) -> Counter[str]:
     """Run the demo on ``dsn`` and print its summary; returns the summary counts
     (``lost`` and ``timed out`` are 0 when all went well)."""
-    from queue_pg.cli import out
-    from queue_pg.migrate import migrate
+    from queue_pg.display import out
+    from queue_pg.install import migrate
 
     plan = QUICK if quick else FULL
     if messages is not None:
@@ -218,7 +219,7 @@ def _run_processes(dsn: str, client: Client, plan: Plan, console: Console,
     from rich.live import Live
     from rich.text import Text
 
-    from queue_pg.cli import stats_table
+    from queue_pg.display import stats_table
 
     ctx = mp.get_context("spawn")
     stop, stopping = ctx.Pipe(duplex=False)
@@ -311,9 +312,21 @@ def _run_processes(dsn: str, client: Client, plan: Plan, console: Console,
     return tally
 
 
+def _psql(dsn: str) -> str:
+    """How to open psql on ``dsn``: the bundled one for the embedded server (a fresh machine may
+    have no psql of its own)."""
+    from queue_pg.embedded import EmbeddedPostgresMissing, server_status
+
+    try:
+        embedded = server_status().dsn == dsn
+    except EmbeddedPostgresMissing:
+        embedded = False
+    return "queue-pg server psql" if embedded else f"psql '{safe_dsn(dsn)}'"
+
+
 def _summary(dsn: str, client: Client, tally: Counter[str], console: Console,
              started: float) -> Counter[str]:
-    from queue_pg.cli import message_table, safe_dsn
+    from queue_pg.display import message_table
 
     jobs = client.stats(JOBS)
     summary = Counter({
@@ -348,7 +361,7 @@ def _summary(dsn: str, client: Client, tally: Counter[str], console: Console,
         console.print(f"  [red]{summary['lost']} messages unaccounted for[/red]")
     console.print(
         "\nlook further:\n"
-        f"  psql '{safe_dsn(dsn)}' -c 'select * from queue_pg.queue_stats;'\n"
+        f"  {_psql(dsn)} -c 'select * from queue_pg.queue_stats;'\n"
         f"  select * from queue_pg.peek('{DLQ}', 10);\n"
         "  select outcome, count(*) from queue_pg.message_history"
         f" where queue = '{JOBS}' group by 1;\n"

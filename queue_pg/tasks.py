@@ -23,8 +23,9 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, overload
 
 from queue_pg._sqla import join
+from queue_pg.backoff import Backoff
+from queue_pg.jobs import ERROR_KEY, STATE_KEY, BaseJob, Reject
 from queue_pg.types import Seconds, seconds
-from queue_pg.worker import ERROR_KEY, STATE_KEY, Backoff, Reject, _JobBase
 
 if TYPE_CHECKING:
     import psycopg
@@ -145,7 +146,7 @@ class Task:
 
     # --- running (called by the workers) ----------------------------------------------------------
 
-    def run_sync(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    def run_sync(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
         with self.registry.job_context():
             result = self.func(*head, *args, **kwargs)
@@ -153,7 +154,7 @@ class Task:
                 return asyncio.run(_await(result))
             return result
 
-    async def run_async(self, job: _JobBase, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    async def run_async(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
         if inspect.iscoroutinefunction(self.func):
             return await self.func(*head, *args, **kwargs)
@@ -178,11 +179,11 @@ def _send_on(
     """Send on the caller's connection without a Client (none configured): the same statement
     Client.send runs there."""
     from queue_pg import _ops
-    from queue_pg.client import _execute
+    from queue_pg.client import execute
     from queue_pg.errors import translating
 
     with translating():
-        return _execute(conn, _ops.send(queue, body, delay, None, attributes))
+        return execute(conn, _ops.send(queue, body, delay, None, attributes))
 
 
 class Registry:
@@ -236,12 +237,13 @@ class Registry:
         self.client = client
 
     def default_client(self) -> Client:
-        """The configured client, else one from ``queue_pg.connect()`` (made once)."""
+        """The configured client, else a Client on ``$QUEUE_PG_DSN`` or the embedded server
+        (made once)."""
         with self._lock:
             if self.client is None:
-                from queue_pg import connect
+                from queue_pg.client import Client
 
-                self.client = connect()
+                self.client = Client()  # QUEUE_PG_DSN, else the embedded server
             return self.client
 
     def resolve(self, body: Any) -> tuple[Task, list[Any], dict[str, Any]]:

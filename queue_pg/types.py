@@ -6,9 +6,12 @@ Field names are the SQL column names (type ``queue_pg.message``, ``queue_info``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypedDict
+
+from queue_pg.errors import InvalidParameter
 
 __all__ = [
     "JSON",
@@ -19,8 +22,12 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Seconds",
+    "UndecodableBody",
+    "flag",
+    "integer",
     "seconds",
     "seconds_or_none",
+    "text",
 ]
 
 #: A JSON value as psycopg loads jsonb: dict, list, str, int, float, bool or None.
@@ -30,16 +37,73 @@ JSON: TypeAlias = Any
 Seconds: TypeAlias = float | int | timedelta
 
 
-def seconds(value: Seconds) -> float:
-    """Convert a duration to the float seconds the SQL functions take (no range checks: SQL's)."""
+def _refuse(name: str, value: object, expected: str) -> InvalidParameter:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return InvalidParameter(f"{name} = {shown} is not {expected} ({type(value).__name__})")
+
+
+def seconds(value: Seconds, name: str = "duration") -> float:
+    """A duration as the float seconds the SQL functions take. Only the type is checked here
+    (a number, not a bool or a string, or a timedelta): ranges are SQL's."""
+    kind = type(value)
+    if kind is float or kind is int:  # the common case first: this runs on every call
+        return float(value)  # type: ignore[arg-type]  # narrowed by the test above
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _refuse(name, value, "a number of seconds or a timedelta")
     return float(value)
 
 
-def seconds_or_none(value: Seconds | None) -> float | None:
+def seconds_or_none(value: Seconds | None, name: str = "duration") -> float | None:
     """Like seconds(), but None stays None (SQL NULL: the queue's default)."""
-    return None if value is None else seconds(value)
+    return None if value is None else seconds(value, name)
+
+
+def _checker(kind: type, expected: str) -> Callable[[Any, str], Any]:
+    """A check that a value is a ``kind`` (a bool is no int). None goes through: whether NULL
+    is allowed is the SQL function's to say."""
+
+    def check(value: Any, name: str) -> Any:
+        if type(value) is kind or value is None:  # the common case first
+            return value
+        if isinstance(value, kind) and not isinstance(value, bool):  # a subclass, not a bool
+            return value
+        raise _refuse(name, value, expected)
+
+    return check
+
+
+# ``check(value, name)``: the value if its type fits, else InvalidParameter naming ``name``.
+integer = _checker(int, "an integer")
+text = _checker(str, "a string")
+flag = _checker(bool, "True or False")
+
+
+class UndecodableBody:
+    """The body of a received message that this client cannot turn into Python (nested deeper
+    than the interpreter's recursion allows, a number like ``1e5000``, an integer of more
+    digits than ``sys.int_info`` lets ``int()`` read). ``text`` is the body's JSON as stored,
+    ``error`` what decoding it raised. Only that message carries it: the rest of its batch
+    decodes as usual; a Worker dead-letters it with the error as the reason.
+    """
+
+    __slots__ = ("error", "text")
+
+    def __init__(self, text: str, error: str) -> None:
+        self.text = text
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"UndecodableBody({self.text[:40]!r}..., error={self.error!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UndecodableBody) and (self.text, self.error) == (
+            other.text, other.error)
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.error))
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +191,7 @@ class Grant:
 
 
 class QueueSettings(TypedDict, total=False):
-    """Keyword settings of create_queue / alter_queue (the issue's settings table).
+    """Keyword settings of create_queue / alter_queue.
 
     A key that is absent is not sent, so SQL's default (create) or "unchanged" (alter) applies.
     A key given as None is sent as NULL: for create_queue ``message_ttl=None`` means never

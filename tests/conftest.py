@@ -20,7 +20,7 @@ import pytest
 from psycopg import conninfo
 
 import queue_pg
-from queue_pg.migrate import migrate
+from queue_pg.install import migrate
 
 RESET_SQL = """
 DO $$
@@ -28,12 +28,14 @@ DECLARE r record;
 BEGIN
     FOR r IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = 'queue_pg' AND c.relkind = 'S'
-               AND c.relname ~ '^(stale_receipts|lease_expiries|claim_floor|claim_rescan|notified)_[0-9]+$'
+               AND c.relname ~ '^(stale_receipts|lease_expiries|claim_floor|claim_rescan|notified|(sent|received|deleted)(_x10|_x100)?)_[0-9]+$'
     LOOP
         EXECUTE format('DROP SEQUENCE queue_pg.%I', r.relname);
     END LOOP;
 END $$;
-TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters;
+TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters,
+    queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes;
+UPDATE queue_pg.tuning_runs SET at = NULL;
 DELETE FROM queue_pg.queues;
 """
 

@@ -28,7 +28,7 @@ from queue_pg import (
     cli,
 )
 from queue_pg.errors import translate
-from queue_pg.migrate import head_revision, migrate
+from queue_pg.install import head_revision, migrate
 
 GROUPS = ("queue_pg_admin", "queue_pg_producer", "queue_pg_consumer")
 ADMIN, PRODUCER, CONSUMER = GROUPS
@@ -147,19 +147,19 @@ def test_group_roles_exist_and_nothing_is_public(conn: psycopg.Connection[Any]) 
     ).fetchall()
     assert public_rel == [] and public_fn == []
 
-    # the group roles: no table but message_history (admin) and the view queue_stats
+    # the group roles: no table but message_history (admin) and the monitoring views
     rel_grants = conn.execute(
         "SELECT c.relname, r.rolname, a.privilege_type FROM pg_class c,"
         " aclexplode(c.relacl) a JOIN pg_roles r ON r.oid = a.grantee"
         " WHERE c.relnamespace = 'queue_pg'::regnamespace AND r.rolname = ANY(%s) ORDER BY 1, 2",
         [list(GROUPS)],
     ).fetchall()
-    assert rel_grants == [
-        ("message_history", ADMIN, "SELECT"),
-        ("queue_stats", ADMIN, "SELECT"),
-        ("queue_stats", CONSUMER, "SELECT"),
-        ("queue_stats", PRODUCER, "SELECT"),
-    ]
+    views = ["dead_letters", "in_flight_messages", "processing_times", "queue_stats",
+             "timeout_advice", "tuning_log"]
+    assert rel_grants == sorted(
+        [("message_history", ADMIN, "SELECT")]
+        + [(v, g, "SELECT") for v in views for g in (ADMIN, CONSUMER, PRODUCER)]
+    )
 
     # every function another role may execute runs as the owner with a pinned search_path;
     # the helpers are the owner's only
@@ -309,12 +309,17 @@ def test_no_grant_no_bodies_through_tables_or_views(
         r[0] for r in conn.execute("SELECT viewname FROM pg_views WHERE schemaname = 'queue_pg'")
     ]
     assert "queue_stats" in views
-    # no view of ours has a column that could carry a body or attributes
+    # no view of ours has a column that could carry a body or attributes: its text columns are
+    # names, the type (history keeps it too), figures' labels, and a dead letter's reason and
+    # error (bounded excerpts a consumer wrote for whoever reads the dead-letter queue)
+    named = {"queue", "source_queue", "dead_letter_queue", "type", "scope", "confidence", "why",
+             "reason", "last_error"}
     json_columns = conn.execute(
         "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " WHERE c.relnamespace = 'queue_pg'::regnamespace AND c.relkind IN ('v', 'm')"
         " AND a.attnum > 0 AND a.atttypid IN ('json'::regtype, 'jsonb'::regtype, 'text'::regtype)"
-        " AND a.attname <> 'queue'"
+        " AND a.attname <> ALL(%s)",
+        [list(named)],
     ).fetchall()
     assert json_columns == []
 
@@ -328,7 +333,8 @@ def test_no_grant_no_bodies_through_tables_or_views(
                     rows = c.execute(f"SELECT x::text FROM queue_pg.{view} x").fetchall()
                 except psycopg.errors.InsufficientPrivilege:
                     continue
-                assert rows and not any("4111" in r[0] or "5500" in r[0] for r in rows)
+                # a role with no grant on the queue sees none of its rows, and never a body
+                assert rows == [], (view, rows)
             for fn in ("peek", "receive"):
                 with pytest.raises(AccessDenied), translate():
                     c.execute(f"SELECT * FROM queue_pg.{fn}('jobs')")

@@ -30,7 +30,7 @@ from queue_pg import (
     QueueNotFound,
     QueueStats,
     StaleReceipt,
-    _ops,
+    decode,
 )
 
 
@@ -232,7 +232,7 @@ async def test_send_in_the_callers_transaction(aclient: AsyncClient, clean: str)
 
 
 async def test_own_pool_loads_jsonb_with_the_faster_loader(clean: str) -> None:
-    """As Client's: own connections get _ops._JsonbLoader, bodies decode as json.loads would."""
+    """As Client's: own connections get decode.JsonbLoader, bodies decode as json.loads would."""
     client = await AsyncClient.open(clean, min_size=1, max_size=1, sweep_interval=None)
     try:
         await client.create_queue("jobs")
@@ -240,7 +240,7 @@ async def test_own_pool_loads_jsonb_with_the_faster_loader(clean: str) -> None:
         (got,) = await client.receive("jobs")
         assert got.body == {"a": ["é", 1.5, None]}
         async with client._borrow() as own:
-            assert own.adapters.get_loader(3802, Format.TEXT) is _ops._JsonbLoader
+            assert own.adapters.get_loader(3802, Format.TEXT) is decode.JsonbLoader
     finally:
         await client.close()
 

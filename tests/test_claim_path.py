@@ -182,7 +182,7 @@ def test_sql_receive_with_delete(sql) -> None:
     sql("SELECT queue_pg.create_queue('jobs')")
     sql("SELECT queue_pg.send_batch('jobs', array['1','2']::jsonb[])")
     receipt = sql("SELECT receipt FROM queue_pg.receive('jobs')")[0][0]
-    rows = sql("SELECT body FROM queue_pg.receive('jobs', 1, \"delete\" => %s::text[])", [[receipt]])
+    rows = sql("SELECT body FROM queue_pg.receive('jobs', 1, \"delete\" => %s::text[])", [receipt])
     assert rows == [(2,)]
     assert sql("SELECT visible, in_flight FROM queue_pg.stats('jobs')") == [(0, 1)]
 

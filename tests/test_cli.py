@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from psycopg import conninfo
 
 from queue_pg import cli
+from queue_pg.cli import queues as queue_commands
 from queue_pg.client import Client
 
 
@@ -139,7 +140,9 @@ def test_queue_errors_exit_1_without_traceback(clean: str, args: tuple[str, ...]
     ("args", "stdin"),
     [
         (("send", "q", "{bad"), None),
-        (("send", "q", "-"), '{"ok": 1}\nnot json\n'),
+        (("send", "q", "-"), '{"ok": 1}\n{"not": json\n'),
+        (("send", "q", "[1, 2"), None),
+        (("send", "q", ""), None),
         (("send", "q", "1", "--attr", "novalue"), None),
         (("create", "q", "--message-ttl", "soon"), None),
     ],
@@ -198,7 +201,7 @@ def test_stats_all_and_watch(clean: str, monkeypatch: pytest.MonkeyPatch) -> Non
         if next(ticks, KeyboardInterrupt) is KeyboardInterrupt:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_sleep", sleep)
+    monkeypatch.setattr(queue_commands, "pause", sleep)
     out = run(clean, "stats", "--watch", "a").stdout
     assert "│ a " in out
 
@@ -222,3 +225,29 @@ def test_alter_clear_of_a_setting_that_cannot_be_null_is_refused_by_sql(clean: s
     run(clean, "create", "jobs")
     result = run(clean, "alter", "jobs", "--clear", "visibility_timeout", code=1)
     assert "clear = 'visibility_timeout' is invalid" in result.output
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli.main, ["-V"])
+    assert result.exit_code == 0
+    assert re.fullmatch(r"queue-pg, version \S+\n", result.stdout)
+
+
+def test_send_takes_json_or_a_word(clean: str) -> None:
+    run(clean, "create", "q")
+    run(clean, "send", "q", "hello")
+    run(clean, "send", "q", '{"a":1}')
+    run(clean, "send", "q", "42")
+    run(clean, "send", "q", "42", "--string")
+    run(clean, "send", "q", "-", input="hi there\n[1]\n")
+    bodies = [json.loads(line)["body"]
+              for line in run(clean, "peek", "q", "--json").stdout.splitlines()]
+    assert bodies == ["hello", {"a": 1}, 42, "42", "hi there", [1]]
+
+
+def test_wrong_dsn_is_one_red_line_with_the_hint() -> None:
+    result = CliRunner().invoke(cli.main, ["--dsn", "host=127.0.0.1 port=1 connect_timeout=5",
+                                           "list"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("error: ") == 1 and "Traceback" not in result.output
+    assert "cannot reach the database" in result.stderr and "check the DSN" in result.stderr

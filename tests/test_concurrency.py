@@ -103,13 +103,13 @@ def consume(client: Client, queue: str, seed: int) -> Tally:
             roll = rng.random()
             if roll < 0.06:
                 pass  # crash: the message comes back when the lease lapses
-            elif roll < 0.12:  # too slow: deletes after the lease has lapsed
+            elif roll < 0.24:  # too slow: deletes after the lease has lapsed
                 deferred.append((time.monotonic() + rng.uniform(0.55, 0.9), lease))
-            elif roll < 0.15:  # gives the message back at once
+            elif roll < 0.27:  # gives the message back at once
                 if change(lease, 0):
                     lease.released = True
                     lease.outcome = "released"
-            elif roll < 0.18:  # heartbeat: extends the lease, then deletes within it
+            elif roll < 0.30:  # heartbeat: extends the lease, then deletes within it
                 if change(lease, 1.0):
                     deferred.append((time.monotonic() + 0.3, lease))
             else:

@@ -22,7 +22,7 @@ import pytest
 from conftest import new_database
 
 import queue_pg
-from queue_pg.migrate import current_revision, head_revision, migrate
+from queue_pg.install import current_revision, head_revision, migrate
 from queue_pg.tasks import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +48,10 @@ def project(server_dsn: str) -> Iterator[str]:
     from django.core.management import call_command
     from django.db import connections
 
-    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    saved = {k: os.environ.get(k) for k in ("QUEUE_PG_DSN", "DJANGO_SETTINGS_MODULE")}
     with new_database(server_dsn, "queue_pg_django") as db:
         migrate(db)  # installed by queue-pg first: Django's migration finds it at head
-        os.environ["DATABASE_URL"] = db
+        os.environ["QUEUE_PG_DSN"] = db
         os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
         sys.path.insert(0, str(EXAMPLE))
         try:
@@ -169,7 +169,7 @@ def test_worker_command_runs_the_jobs(
         ids.append(response.json()["id"])
     bogus = client.send("welcome", {"task": "no.such.task", "args": [], "kwargs": {}})
 
-    env = {**os.environ, "DATABASE_URL": project,
+    env = {**os.environ, "QUEUE_PG_DSN": project,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     log = tmp_path / "worker.log"
     proc = subprocess.Popen(

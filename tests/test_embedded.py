@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -46,4 +47,42 @@ def test_first_start_sets_server_settings_and_a_later_change_sticks() -> None:
         assert _setting(dsn, "autovacuum_naptime", "30s") == "30s"
     finally:
         EmbeddedServer(folder / "pgdata").close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_server_commands_show_start_stop_and_open_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from click.testing import CliRunner
+
+    from queue_pg.cli import main
+    from queue_pg.embedded import stop_server
+
+    folder = Path(tempfile.mkdtemp(prefix="queue_pg_server_"))
+    pgdata = folder / "pgdata"
+    monkeypatch.setenv("QUEUE_PG_DATA", str(pgdata))
+
+    def server(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(main, ["server", *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result.stdout
+
+    try:
+        out = server("status", code=3)
+        assert str(pgdata.resolve()) in out and "not created yet" in out
+        assert "running (pid " in server("start")
+        out = server("status")
+        assert re.search(r"state\s+running \(pid \d+\)", out) and "dsn " in out
+        dsn = server("url").strip()
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("queue_pg",)
+        capfd.readouterr()
+        server("psql", "-At", "-c", "SELECT 40 + 2")
+        assert capfd.readouterr().out.strip() == "42"
+        assert server("stop").strip() == "stopped"
+        assert "state        stopped" in server("status", code=3)
+        assert server("stop").strip() == "not running"
+        assert (pgdata / "PG_VERSION").exists()  # stopped, not removed
+    finally:
+        stop_server(pgdata)
         shutil.rmtree(folder, ignore_errors=True)

@@ -25,7 +25,7 @@ from flask import Flask
 
 import queue_pg
 from queue_pg.contrib.flask import QueuePG
-from queue_pg.migrate import current_revision, head_revision
+from queue_pg.install import current_revision, head_revision
 from queue_pg.tasks import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,9 @@ def wait_until(what: str, check: Callable[[], T], timeout: float = 30.0) -> T:
 @pytest.fixture(scope="module")
 def example(server_dsn: str) -> Iterator[tuple[ModuleType, Flask, str]]:
     """The example module, an app of it on a fresh migrated database, and that DSN."""
+    saved = os.environ.get("QUEUE_PG_DSN")
     with new_database(server_dsn, "queue_pg_flask") as db:
+        os.environ["QUEUE_PG_DSN"] = db  # the example's database
         sys.path.insert(0, str(EXAMPLE))
         try:
             module = importlib.import_module("app")
@@ -68,6 +70,10 @@ def example(server_dsn: str) -> Iterator[tuple[ModuleType, Flask, str]]:
             registry.tasks.pop("send_welcome", None)
             sys.modules.pop("app", None)
             sys.path.remove(str(EXAMPLE))
+            if saved is None:
+                os.environ.pop("QUEUE_PG_DSN", None)
+            else:
+                os.environ["QUEUE_PG_DSN"] = saved
 
 
 @pytest.fixture
@@ -176,9 +182,8 @@ def test_worker_command_runs_the_jobs(
         assert response.status_code == 201
         ids.append(response.get_json()["id"])
 
-    env = {**os.environ, "DATABASE_URL": db,
+    env = {**os.environ, "QUEUE_PG_DSN": db,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("QUEUE_PG_DSN", None)
     log = tmp_path / "worker.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flask", "--app", "app", "queue-pg", "worker", "--processes", "2",

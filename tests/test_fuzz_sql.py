@@ -1,6 +1,7 @@
 """Fuzzing the SQL API: every public function called with arguments Hypothesis makes up (text
 with unicode and SQL, NUL characters inside JSON, NaN / infinite / huge numbers, NULLs, real and
-mangled receipts).
+mangled receipts, JSON nested around the depth bound or holding numbers past float8's range, in
+bodies and attributes, arrays of every shape, and the clock setting queue_pg.time_offset).
 
 Each call either works or raises one of the API's errors (class QP, or PostgreSQL's bad-input
 codes the client maps to InvalidParameter): never an internal error, never anything else; and a
@@ -10,6 +11,7 @@ start from the same queues and messages.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +38,25 @@ json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.tex
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
 jsonb = st.none() | json_values.map(Jsonb)
+# JSON text no client can read, and the values at the bounds: nesting, numbers past float8
+json_texts = st.one_of(
+    st.integers(95, 105).map(lambda n: "[" * n + "]" * n),
+    st.integers(95, 105).map(lambda n: '{"a":' * n + "1" + "}" * n),
+    st.sampled_from(["1.7976931348623157e308", "1.8e308", "-1e400", "1e-400", "[1e5000]",
+                     '{"a": -1e309}', "9" * 320, "0", '"x"']),
+    json_values.map(json.dumps),
+)
+# array literals of every shape: bounds other than 1, two dimensions, empty
+array_shapes = st.sampled_from(["{%s,%s}", "[0:1]={%s,%s}", "[5:6]={%s,%s}", "{{%s,%s},{%s,%s}}",
+                                "{}", "[1:1]={%s}"])
+# the clock setting: honoured for the owner (who runs this fuzz) when it is a sane interval
+offsets = st.none() | st.sampled_from(["", "1 day", "-1 hour", "10 years", "200 years", "abc",
+                                       "1e400 seconds", "infinity", "0"]) \
+    | st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12)
+
+
+def array_of(shape: str, item: str) -> str:
+    return shape.replace("%s", item)
 
 
 @st.composite
@@ -89,6 +110,19 @@ def calls(real: list[str]) -> st.SearchStrategy[tuple[str, list[Any]]]:
         st.tuples(st.just("SELECT queue_pg.dead_letter(%s, %s, %s)"),
                   st.tuples(q, r, st.none() | st.text(max_size=10).filter(
                       lambda t: "\x00" not in t)).map(list)),
+        st.tuples(st.just("SELECT queue_pg.send(%s, %s::jsonb, attributes => jsonb_build_object('a', %s::jsonb))"),
+                  st.tuples(q, json_texts, json_texts).map(list)),
+        st.tuples(st.just("SELECT * FROM queue_pg.send_batch(%s, %s::jsonb[], attributes => %s::jsonb[])"),
+                  st.tuples(q, array_shapes.map(lambda a: array_of(a, "1")),
+                            st.none() | array_shapes.map(lambda a: array_of(a, '"{}"'))).map(list)),
+        st.tuples(st.just("SELECT * FROM queue_pg.send_batch(%s, array[%s::jsonb])"),
+                  st.tuples(q, json_texts).map(list)),
+        st.tuples(st.just("SELECT * FROM queue_pg.delete_batch(%s, %s::text[])"),
+                  st.tuples(q, st.tuples(array_shapes, r).map(
+                      lambda t: array_of(t[0], '"' + (t[1] or "") + '"'))).map(list)),
+        st.tuples(st.just("SELECT * FROM queue_pg.update_message(%s, %s, %s::jsonb, %s,"
+                          " jsonb_build_object('a', %s::jsonb))"),
+                  st.tuples(q, r, json_texts, floats, json_texts).map(list)),
         st.tuples(st.just("SELECT * FROM queue_pg.peek(%s, %s)"), st.tuples(q, ints).map(list)),
         st.tuples(st.just("SELECT queue_pg.purge(%s)"), st.tuples(q).map(list)),
         st.tuples(st.just("SELECT queue_pg.sweep(%s)"), st.tuples(ints).map(list)),
@@ -129,10 +163,13 @@ def test_sql_api_fuzz(fuzz_world: tuple[psycopg.Connection, list[str]]) -> None:
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
         query, params = data.draw(calls(real))
+        offset = data.draw(offsets)
         try:
             before = snapshot(conn)
             conn.execute("SAVEPOINT call")
             try:
+                if offset is not None:
+                    conn.execute("SELECT set_config('queue_pg.time_offset', %s, true)", [offset])
                 conn.execute(query, params).fetchall()
                 outcome = "ok"
             except psycopg.Error as exc:

@@ -73,13 +73,24 @@ BAD_NAMES = ["a'b", "x'; DROP TABLE queue_pg.messages; --", "q;q", "队列", "na
              "a" * 81, "a b", "a\"b", "$1", "a\\b", "Ω" * 2000]
 
 
-@pytest.mark.parametrize("body", ["a\x00b", {"k\x00": 1}, ["\x00"], {"k": "\ud800"}])
-def test_nul_and_surrogates_in_bodies_and_attributes(
+def _nested(depth: int) -> Any:
+    v: Any = 1
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+# NUL and lone surrogates (PostgreSQL cannot store them); nesting past 100 arrays and objects and
+# numbers past float8's range (no client could read them back)
+@pytest.mark.parametrize("body", ["a\x00b", {"k\x00": 1}, ["\x00"], {"k": "\ud800"}, _nested(101),
+                                  {"a": _nested(100)}, 10**400, -(10**309), [1, {"k": 2 * 10**308}]])
+def test_unusable_json_in_bodies_and_attributes(
     client: Client, conn: psycopg.Connection, world: dict[str, str], body: Any
 ) -> None:
     refused(conn, InvalidParameter, lambda: client.send(Q, body))
     refused(conn, InvalidParameter, lambda: client.send(Q, 1, attributes={"a": body}))
     refused(conn, InvalidParameter, lambda: client.send_batch(Q, [1, body]))
+    refused(conn, InvalidParameter, lambda: client.send_batch(Q, [1, 2], attributes=[None, {"a": body}]))
     refused(conn, InvalidParameter, lambda: client.update(Q, world["mine"], body=body))
     refused(conn, InvalidParameter, lambda: client.update(Q, world["mine"],
                                                           attributes={"a": body}))
@@ -102,17 +113,25 @@ def test_invalid_utf8_in_sql_is_refused(conn: psycopg.Connection, world: dict[st
 def test_bodies_at_and_over_the_size_limit(
     client: Client, conn: psycopg.Connection, world: dict[str, str]
 ) -> None:
-    row = conn.execute(
-        "SELECT n FROM generate_series(900, 1100) n"
-        " WHERE pg_column_size(to_jsonb(repeat('x', n))) = %s", [SIZE]).fetchone()
-    assert row is not None
-    at = "x" * row[0]
+    """The size is the UTF-8 JSON text of body plus attributes (json.dumps, ensure_ascii=False)."""
+    at = "x" * (SIZE - 2)  # '"xx...x"': SIZE bytes of JSON text
     refused(conn, MessageTooLarge, lambda: client.send(Q, at + "x"))
     refused(conn, MessageTooLarge, lambda: client.send_batch(Q, [1, at + "x"]))
     refused(conn, MessageTooLarge, lambda: client.update(Q, world["mine"], body=at + "x"))
-    mid = client.send(Q, at)  # exactly at the limit: accepted
-    assert conn.execute("SELECT pg_column_size(body) FROM queue_pg.messages WHERE id = %s",
-                        [mid]).fetchone() == (SIZE,)
+    attrs = {"k": "v"}  # '{"k": "v"}': 10 bytes
+    short = "x" * (SIZE - 2 - 10)
+    refused(conn, MessageTooLarge, lambda: client.send(Q, short + "x", attributes=attrs))
+    refused(conn, MessageTooLarge,
+            lambda: client.send_batch(Q, [1, short + "x"], attributes=[None, attrs]))
+    refused(conn, MessageTooLarge, lambda: client.update(Q, world["mine"], body=short + "x",
+                                                         attributes=attrs))
+    wide = "é" * ((SIZE - 2) // 2)  # two bytes each in UTF-8
+    refused(conn, MessageTooLarge, lambda: client.send(Q, wide + "x"))
+    for body, attributes in ((at, None), (short, attrs), (wide, None)):
+        mid = client.send(Q, body, attributes=attributes)  # exactly at the limit: accepted
+        row = conn.execute("SELECT octet_length(body::text) + coalesce(octet_length(attributes::text), 0)"
+                           " FROM queue_pg.messages WHERE id = %s", [mid]).fetchone()
+        assert row == (SIZE,)
 
 
 @pytest.mark.parametrize("bad", BAD_SECONDS)

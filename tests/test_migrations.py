@@ -1,4 +1,4 @@
-"""Install and upgrade: migrate(), the DBA's install script, the wheel, and queue_pg.schema.
+"""Install and upgrade: migrate(), the DBA's install script, the wheel, and queue_pg.tables.
 
 Each test that installs gets a scratch database of its own on the test server.
 """
@@ -24,8 +24,8 @@ from sqlalchemy import CheckConstraint, Column, Integer, MetaData, Table, inspec
 from sqlalchemy.engine import Connection as SAConnection
 
 import queue_pg
-from queue_pg import schema
-from queue_pg.migrate import (
+from queue_pg import tables
+from queue_pg.install import (
     MigrationResult,
     alembic_config,
     current_revision,
@@ -238,7 +238,7 @@ def test_the_wheel_ships_sql_and_migrations_and_installs_from_them(
         timeout=300,
     )
     code = (
-        "import json, sys, queue_pg, queue_pg._resources as r, queue_pg.migrate as m\n"
+        "import json, sys, queue_pg, queue_pg._resources as r, queue_pg.install as m\n"
         "res = m.migrate(sys.argv[1])\n"
         "print(json.dumps({'file': queue_pg.__file__, 'sql': str(r.sql_dir()),"
         " 'migrations': str(r.migrations_dir()), 'after': res.after, 'api': res.api_applied,"
@@ -262,16 +262,16 @@ def test_the_wheel_ships_sql_and_migrations_and_installs_from_them(
     roundtrip(scratch)
 
 
-# --- queue_pg.schema --------------------------------------------------------------------------
+# --- queue_pg.tables --------------------------------------------------------------------------
 
 
 def _ours(name: str | None, type_: str, parent_names: Any) -> bool:
     """Reflect schema queue_pg, and in it only the tables the metadata describes (not the
     history partitions, the version table or the per-queue counters)."""
     if type_ == "schema":
-        return name == schema.SCHEMA
+        return name == tables.SCHEMA
     if type_ == "table":
-        return f"{schema.SCHEMA}.{name}" in schema.metadata.tables
+        return f"{tables.SCHEMA}.{name}" in tables.metadata.tables
     return True
 
 
@@ -294,18 +294,18 @@ def test_schema_metadata_matches_the_database(dsn: str) -> None:
         with engine.connect() as conn:
             conn.execute(text("SELECT queue_pg.sweep()"))  # history partitions exist
             conn.commit()
-            assert _diff(conn, schema.metadata) == []
+            assert _diff(conn, tables.metadata) == []
 
             # what alembic does not compare: check constraints, storage options, partitioning
             insp = inspect(conn)
-            for table in schema.metadata.tables.values():
+            for table in tables.metadata.tables.values():
                 pg = table.dialect_options["postgresql"]
                 checks = {c.name for c in table.constraints if isinstance(c, CheckConstraint)}
                 found = {
-                    c["name"] for c in insp.get_check_constraints(table.name, schema=schema.SCHEMA)
+                    c["name"] for c in insp.get_check_constraints(table.name, schema=tables.SCHEMA)
                 }
                 assert found == checks, table.name
-                options = insp.get_table_options(table.name, schema=schema.SCHEMA)
+                options = insp.get_table_options(table.name, schema=tables.SCHEMA)
                 assert options.get("postgresql_with", {}) == dict(pg["with"] or {}), table.name
                 partkey = conn.execute(
                     text("SELECT pg_get_partkeydef(to_regclass(:t))"), {"t": table.fullname}
@@ -317,7 +317,7 @@ def test_schema_metadata_matches_the_database(dsn: str) -> None:
             conn.execute(text("ALTER TABLE queue_pg.messages ADD COLUMN drift int"))
             conn.execute(text("ALTER TABLE queue_pg.queues ALTER COLUMN delay SET DEFAULT 1"))
             kinds = sorted(
-                d[0][0] if isinstance(d, list) else d[0] for d in _diff(conn, schema.metadata)
+                d[0][0] if isinstance(d, list) else d[0] for d in _diff(conn, tables.metadata)
             )
             conn.rollback()
             assert kinds == ["modify_default", "remove_column"]
@@ -343,10 +343,10 @@ def test_include_object_keeps_the_users_autogenerate_away_from_our_tables(dsn: s
             # without the hooks, the user's autogenerate would drop our tables
             unfiltered = diff(app)
             assert ("remove_table", "messages") in unfiltered
-            hooks = {"include_object": schema.include_object, "include_name": schema.include_name}
+            hooks = {"include_object": tables.include_object, "include_name": tables.include_name}
             assert diff(app, **hooks) == [("add_table", "app_orders")]
             # even when the user's target metadata includes ours, nothing of ours is touched
-            both = [app, schema.metadata]
-            assert diff(both, include_object=schema.include_object) == [("add_table", "app_orders")]
+            both = [app, tables.metadata]
+            assert diff(both, include_object=tables.include_object) == [("add_table", "app_orders")]
     finally:
         engine.dispose()

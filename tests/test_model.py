@@ -188,6 +188,11 @@ class QueueMachine(RuleBasedStateMachine):
     def send(self, body: Any, delay: float | None, ttl: float | None,
              attrs: dict[str, Any] | None) -> None:
         self._tick()
+        if (delay or 0.0) >= (ttl if ttl is not None else TTL):  # would expire unseen: refused
+            event("send refused: delay >= ttl")
+            with pytest.raises(InvalidParameter, match="delay"):
+                self.client.send(MAIN, body, delay=delay, ttl=ttl, attributes=attrs, conn=self.conn)
+            return
         mid = self.client.send(MAIN, body, delay=delay, ttl=ttl, attributes=attrs, conn=self.conn)
         now = self.model.now
         assert mid not in self.model.messages

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, String, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import queue_pg
-from queue_pg.migrate import make_engine
+from queue_pg.install import make_engine
 from queue_pg.tasks import Registry, Task
 
 Q = "sqla"
@@ -156,3 +156,38 @@ def test_errors_are_translated_and_change_nothing(
     with pytest.raises(TypeError, match="Session or Connection"):
         client.send(Q, {}, session=engine)  # type: ignore[arg-type]
     assert count(conn) == 0
+
+
+async def test_async_send_joins_an_async_session_and_commits_or_rolls_back_with_it(
+    clean: str, conn: psycopg.Connection
+) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    async def connect() -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(clean)
+
+    engine = create_async_engine("postgresql+psycopg://", async_creator=connect)
+    try:
+        async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
+            await client.create_queue(Q)
+            async with AsyncSession(engine) as session:
+                await client.send(Q, {"n": 1}, session=session)
+                # on the session's connection: it sees the message, nobody else does yet
+                seen = (await session.execute(text("SELECT count(*) FROM queue_pg.messages")))
+                assert seen.scalar_one() == 1
+                assert count(conn) == 0
+                await session.rollback()
+            assert count(conn) == 0
+            async with AsyncSession(engine) as session, session.begin():
+                await client.send_batch(Q, [2, 3], session=session)
+            assert count(conn) == 2
+            async with engine.connect() as core:
+                await client.send(Q, 4, session=core)
+                await core.commit()
+            assert count(conn) == 3
+            with pytest.raises(TypeError, match="not both"):
+                async with engine.connect() as core:
+                    raw = await core.get_raw_connection()
+                    await client.send(Q, 5, session=core, conn=raw.driver_connection)
+    finally:
+        await engine.dispose()

@@ -28,17 +28,11 @@ import worker_app
 from psycopg.rows import dict_row
 
 import queue_pg
+from queue_pg.aio_worker import AsyncWorker
+from queue_pg.backoff import Backoff
+from queue_pg.jobs import MAX_LEASE, AsyncJob, Job, LeaseLost, Reject
 from queue_pg.tasks import Registry
-from queue_pg.worker import (
-    MAX_LEASE,
-    AsyncJob,
-    AsyncWorker,
-    Backoff,
-    Job,
-    LeaseLost,
-    Reject,
-    Worker,
-)
+from queue_pg.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = worker_app.QUEUE
@@ -273,7 +267,7 @@ def test_unknown_task_and_bad_arguments_are_not_retried(app: App) -> None:
     assert all(r.startswith("task 'noop': arguments do not fit noop(") for r in reasons[1:3])
     assert reasons[3].startswith("not a task message")
     for i in ids:
-        assert dead[i].attributes["error"]["type"] == "queue_pg.worker.Reject"
+        assert dead[i].attributes["error"]["type"] == "queue_pg.jobs.Reject"
         assert dead[i].attributes["error"]["message"] == dead[i].attributes["dead_letter_reason"]
     assert dead[ids[0]].body == {"task": "no_such_task", "args": [], "kwargs": {}}
     log = w.logs()
@@ -604,7 +598,7 @@ def test_raw_messages_record_errors_in_attributes_and_reject_dead_letters(
     assert dead.id == poison and dead.body == {"kind": "poison"} and dead.receive_count == 1
     assert dead.attributes is not None
     assert dead.attributes["dead_letter_reason"] == "cannot ever parse this"
-    assert dead.attributes["error"]["type"] == "queue_pg.worker.Reject"
+    assert dead.attributes["error"]["type"] == "queue_pg.jobs.Reject"
     stats = client.stats("r")
     assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
 
@@ -700,3 +694,47 @@ def test_checkpointing_handler_stops_at_max_lease_and_resumes(client: queue_pg.C
     assert worker.stats.released == len(starts) - 1
     stats = client.stats("ml")
     assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
+
+
+def test_an_undecodable_body_is_dead_lettered_and_its_batch_runs(
+    client: queue_pg.Client, clean: str
+) -> None:
+    from client.helpers import insert_poison
+
+    client.create_queue("pois-dlq")
+    client.create_queue("pois", dead_letter_queue="pois-dlq", max_receive_count=5)
+    ids = insert_poison(clean, "pois")
+    seen: list[Any] = []
+    worker = Worker(client, "pois", lambda job: seen.append(job.body), concurrency=4,
+                    batch_size=4, wait=0.2)
+    t = _run_in_thread(worker)
+    wait_until("all settled", lambda: worker.stats.succeeded + worker.stats.rejected == 4)
+    worker.stop()
+    t.join(5)
+    assert sorted(map(str, seen)) == sorted(["fine", "{'a': 1}"])  # the handler never saw poison
+    dead = {m.id: m for m in client.peek("pois-dlq", 10)}
+    assert sorted(dead) == sorted([ids["deep"], ids["huge"]])
+    for m in dead.values():
+        assert m.attributes["dead_letter_reason"].startswith("undecodable body: ")
+
+
+def test_a_running_worker_follows_the_queues_visibility_timeout(
+    client: queue_pg.Client,
+) -> None:
+    """Leases come from the queue's visibility_timeout, read again every LEASE_REFRESH: an
+    alter_queue reaches a running worker without a restart."""
+    from queue_pg.worker_loop import LEASE_REFRESH
+
+    client.create_queue("vt", visibility_timeout=30)
+    leases: list[float] = []
+    worker = Worker(client, "vt", lambda job: leases.append(job.lease), wait=0.2)
+    t = _run_in_thread(worker)
+    client.send("vt", 1)
+    wait_until("first", lambda: len(leases) == 1)
+    client.alter_queue("vt", visibility_timeout=7)
+    time.sleep(LEASE_REFRESH + 0.5)
+    client.send("vt", 2)
+    wait_until("second", lambda: len(leases) == 2)
+    worker.stop()
+    t.join(5)
+    assert leases == [30, 7]

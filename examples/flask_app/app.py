@@ -1,26 +1,35 @@
 """A Flask app that enqueues a welcome job in the same transaction as the signup row.
 
-    DATABASE_URL=postgresql://localhost/example flask --app app queue-pg migrate
+    flask --app app try-it                    # the whole story in one command
+    flask --app app queue-pg migrate          # or as a service: schema, queues, and
     flask --app app run                       # POST /signup email=ann@example.com
     flask --app app queue-pg worker           # runs send_welcome
+
+The database is $QUEUE_PG_DSN, else database ``flask_example`` on the embedded server (created
+on first use).
 """
 
 from __future__ import annotations
 
-import os
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any
 
+import click
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 from flask_sqlalchemy import SQLAlchemy
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import DateTime, String, select
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 import queue_pg
 from queue_pg.contrib.flask import QueuePG
+from queue_pg.embedded import app_dsn
+from queue_pg.tasks import registry
 
 
 class Base(DeclarativeBase):
@@ -59,8 +68,7 @@ def sqlalchemy_url(dsn: str) -> URL:
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
-    dsn = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/queue_pg_example")
-    app.config["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(dsn)
+    app.config["SQLALCHEMY_DATABASE_URI"] = sqlalchemy_url(app_dsn("flask_example"))
     app.config["QUEUE_PG_QUEUES"] = {
         "welcome-dlq": {},
         "welcome": {"dead_letter_queue": "welcome-dlq", "max_receive_count": 5},
@@ -75,7 +83,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         back."""
         new = Signup(email=request.form["email"])
         db.session.add(new)
-        db.session.flush()
+        try:
+            db.session.flush()
+        except IntegrityError:  # the email is taken: a conflict, and nothing was enqueued
+            db.session.rollback()
+            return jsonify(error="already signed up"), 409
         message_id = qp.enqueue(send_welcome, new.id)  # in db.session's transaction
         referred_by = request.form.get("referred_by")
         if referred_by:
@@ -89,4 +101,36 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         db.session.commit()
         return jsonify(id=new.id, message_id=message_id), 201
 
+    app.cli.add_command(try_it)
     return app
+
+
+@click.command("try-it")
+def try_it() -> None:
+    """Install, sign up three times (new, taken, bad referrer), run the welcome job, show it."""
+    from flask import current_app
+
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    qp.migrate()
+    db.create_all()
+    web = app.test_client()
+    for form in ({"email": "ann@example.com"}, {"email": "ann@example.com"},
+                 {"email": "bob@example.com", "referred_by": "nobody@example.com"}):
+        response = web.post("/signup", data=form)
+        click.echo(f"POST /signup {form} -> {response.status_code} {response.get_json()}")
+    worker = queue_pg.Worker(qp.client, "welcome", registry, concurrency=1, wait=1)
+    thread = threading.Thread(target=worker.run, kwargs={"signals": ()})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        waiting = select(Signup).filter_by(email="ann@example.com", welcomed_at=None)
+        while db.session.scalar(waiting):
+            db.session.rollback()  # a fresh snapshot for the next look
+            if time.monotonic() > deadline:
+                raise click.ClickException("the welcome job did not run within 30 s")
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+        thread.join()
+    for row in db.session.scalars(select(Signup).order_by(Signup.id)):
+        click.echo(f"signup {row.email}: welcomed at {row.welcomed_at:%H:%M:%S}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from queue_pg.migrate import run_schema_file, run_sql
+from queue_pg.install import run_schema_file, run_sql
 
 revision: str = "0003"
 down_revision: str | Sequence[str] | None = "0002"

@@ -13,7 +13,8 @@ import click
 import psycopg
 
 from queue_pg import _ops
-from queue_pg.client import _execute, _safe_dsn
+from queue_pg.client import execute as _execute
+from queue_pg.dsn import safe_dsn
 from queue_pg.errors import QueueAlreadyExists, translating
 
 __all__ = ["ensure_queues", "libpq_dsn_from_params", "run_worker_from_options", "worker_defaults",
@@ -76,8 +77,11 @@ def run_worker_from_options(
 ) -> None:
     """Run workers as ``queue-pg worker`` does, given its parsed options; ``modules`` are
     imported first in every worker process (a framework's set-up module, then the tasks)."""
+    from queue_pg.processes import Supervisor as _Supervisor
+    from queue_pg.processes import WorkerConfig, run_worker
+    from queue_pg.processes import import_tasks as _import
+    from queue_pg.processes import setup_logging as _setup_logging
     from queue_pg.tasks import registry
-    from queue_pg.worker_cli import WorkerConfig, _import, _setup_logging, _Supervisor, run_worker
 
     opts = dict(options)
     processes = int(opts.pop("processes"))
@@ -90,7 +94,7 @@ def run_worker_from_options(
     config = WorkerConfig(modules=modules, queues=chosen, dsn=dsn, **opts)
     logger.info(
         "queue_pg worker: %d process(es) x %d thread(s) on %s; %d task(s); %s (%s)",
-        processes, config.concurrency, ", ".join(chosen), len(registry.tasks), _safe_dsn(dsn),
+        processes, config.concurrency, ", ".join(chosen), len(registry.tasks), safe_dsn(dsn),
         source,
     )
     if processes == 1:

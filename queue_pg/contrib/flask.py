@@ -35,8 +35,8 @@ from queue_pg.errors import QueueError
 from queue_pg.tasks import Task, registry
 from queue_pg.types import JSON
 
-if TYPE_CHECKING:  # queue_pg.migrate brings Alembic: not in every worker process
-    from queue_pg.migrate import MigrationResult
+if TYPE_CHECKING:  # queue_pg.install brings Alembic: not in every worker process
+    from queue_pg.install import MigrationResult
 
 __all__ = ["QueuePG", "cli"]
 
@@ -67,8 +67,8 @@ class QueuePG:
     @staticmethod
     def dsn(app: Flask | None = None) -> str:
         """The libpq DSN of the app's queue database (see the config keys)."""
+        from queue_pg.dsn import libpq_dsn
         from queue_pg.embedded import resolve_dsn
-        from queue_pg.migrate import libpq_dsn
 
         config = (app or current_app).config
         dsn = config["QUEUE_PG_DSN"]
@@ -112,7 +112,7 @@ class QueuePG:
         """Install or upgrade schema queue_pg, then create the QUEUE_PG_QUEUES."""
         import psycopg
 
-        from queue_pg.migrate import migrate
+        from queue_pg.install import migrate
 
         dsn = self.dsn()
         result = migrate(dsn)

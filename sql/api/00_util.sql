@@ -1,15 +1,50 @@
 -- Helpers shared by every function: the clock, errors, validation, receipts.
 
--- The server's clock, moved by the session setting queue_pg.time_offset (an interval) so tests and
--- the model checker can make time pass; a session setting moves only that session's clock.
--- clock_timestamp, not now(): a long poll and a long transaction must see time go on.
--- _now is what the functions use: a one-expression sql function, inlined where it is called.
--- now() is the entry point for callers (and the view); plpgsql, because a SECURITY DEFINER sql
--- function is planned anew on every call.
+-- The server's clock. clock_timestamp, not now(): a long poll and a long transaction must see
+-- time go on. The setting queue_pg.time_offset (an interval) moves it, so tests and the model
+-- checker can make time pass; only for a superuser or a member of the owner's role, since what a
+-- session writes with its clock (leases, delays, expiries) is everyone's: for any other caller a
+-- non-empty offset, from SET or from a role's or database's default, is refused (_offset_now).
+-- _now is what the functions use: a one-expression sql function, inlined where it is called; the
+-- unset case costs one current_setting and calls no plpgsql. now() is the entry point for callers
+-- (and the view); plpgsql, because a SECURITY DEFINER sql function is planned anew on every call.
+-- Whether the caller is a superuser or has the owner's privileges (current_user, inside the
+-- SECURITY DEFINER entry points): who may move the clock and run partition DDL.
+CREATE OR REPLACE FUNCTION queue_pg._is_owner() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN current_setting('is_superuser') = 'on' OR pg_has_role(queue_pg._caller(), current_user, 'USAGE');
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._offset_now() RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    offset_text text := current_setting('queue_pg.time_offset', true);
+    shift interval;
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('queue_pg.time_offset = %s is refused: only a superuser or a member of role %s may move the queue clock',
+                             quote_literal(left(offset_text, 100)), quote_ident(current_user)),
+            HINT = 'RESET queue_pg.time_offset (and ALTER ROLE ... RESET queue_pg.time_offset if a role or database default sets it)';
+    END IF;
+    BEGIN
+        shift := offset_text::interval;
+    EXCEPTION WHEN data_exception THEN
+        shift := NULL;
+    END;
+    IF shift IS NULL OR shift > interval '100 years' OR shift < interval '-100 years' THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('queue_pg.time_offset = %s is invalid: allowed an interval from -100 years to 100 years',
+                             quote_literal(left(offset_text, 100)));
+    END IF;
+    RETURN clock_timestamp() + shift;
+END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg._now() RETURNS timestamptz
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
-    SELECT clock_timestamp()
-         + coalesce(nullif(current_setting('queue_pg.time_offset', true), '')::interval, interval '0')
+    SELECT CASE WHEN coalesce(current_setting('queue_pg.time_offset', true), '') = ''
+                THEN clock_timestamp() ELSE queue_pg._offset_now() END
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.now() RETURNS timestamptz
@@ -50,6 +85,15 @@ LANGUAGE sql VOLATILE AS $$
                 THEN queue_pg._out_of_range(param, v, lo, hi, unit) ELSE v END
 $$;
 
+-- Bounds named once; IMMUTABLE one-line sql functions, folded to constants where they are used.
+-- The longest lease, visibility timeout and delay: 7 days (Azure's longest visibility timeout).
+CREATE OR REPLACE FUNCTION queue_pg._max_lease_cap() RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 604800::float8 $$;
+
+-- The longest time-to-live and history retention: 100 years, in seconds.
+CREATE OR REPLACE FUNCTION queue_pg._max_ttl() RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3153600000::float8 $$;
+
 CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;
 
@@ -74,7 +118,7 @@ BEGIN
     SELECT * INTO q FROM queue_pg.queues WHERE queues.name = _queue.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'QP001',
-            MESSAGE = format('queue %s does not exist', coalesce(quote_literal(name), 'NULL'));
+            MESSAGE = format('queue %s does not exist', coalesce(quote_literal(left(name, 100)), 'NULL'));
     END IF;
     RETURN q;
 END $$;
@@ -97,36 +141,49 @@ BEGIN
     RETURN q;
 END $$;
 
--- LISTEN channel of a queue; send notifies it when a message is visible at once.
-CREATE OR REPLACE FUNCTION queue_pg._channel(queue_id integer) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT 'queue_pg_' || queue_id $$;
+-- LISTEN channel of a queue; send notifies it when a message is visible at once. Any role that
+-- can connect may NOTIFY any channel it can name, so the name carries a MAC of the queue id
+-- with the install's secret: only a role that may receive from the queue learns it (channel()).
+-- Callers pass the key in a variable: a function call as `key` (used twice) stops the inlining.
+CREATE OR REPLACE FUNCTION queue_pg._channel(queue_id integer, key bytea) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT 'queue_pg_' || queue_id || '_'
+           || left(encode(sha256(key || textsend('channel.' || queue_id::text) || key), 'hex'), 16)
+$$;
 
 CREATE OR REPLACE FUNCTION queue_pg.channel(queue text) RETURNS text
-LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN queue_pg._channel((queue_pg._queue(queue)).id); END $$;
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    key bytea;
+BEGIN
+    key := queue_pg._key();
+    RETURN queue_pg._channel((queue_pg._queue(queue, 'receive')).id, key);
+END $$;
 
 -- The per-queue sequence of a kind (queue_pg._sequence_kinds()). Sequences serve what must not
 -- roll back (a refused receipt raises, and the refusal must still be counted) and what changes too
 -- often for a row (the claim floor, the last NOTIFY): they leave no row versions behind.
-CREATE OR REPLACE FUNCTION queue_pg._counter(kind text, queue_id integer) RETURNS regclass
+CREATE OR REPLACE FUNCTION queue_pg._sequence(kind text, queue_id integer) RETURNS regclass
 LANGUAGE sql STABLE AS $$ SELECT format('queue_pg.%s_%s', kind, queue_id)::regclass $$;
 
-CREATE OR REPLACE FUNCTION queue_pg._count(kind text, queue_id integer, n bigint DEFAULT 1)
+-- Counts n events in the queue's sequence of a kind (stale_receipts): a count no rollback undoes.
+CREATE OR REPLACE FUNCTION queue_pg._advance(kind text, queue_id integer, n bigint DEFAULT 1)
 RETURNS void LANGUAGE sql AS $$
-    SELECT count(nextval(queue_pg._counter(kind, queue_id))) FROM generate_series(1, n)
+    SELECT count(nextval(queue_pg._sequence(kind, queue_id))) FROM generate_series(1, n)
 $$;
 
 -- Called by the view queue_stats as its reader: a SECURITY DEFINER entry point (sql/api/60_access.sql),
 -- so it reads only these two kinds of counter.
-CREATE OR REPLACE FUNCTION queue_pg._counted(kind text, queue_id integer) RETURNS bigint
+CREATE OR REPLACE FUNCTION queue_pg._stat_counter(kind text, queue_id integer) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF kind = 'lease_expiries' THEN  -- a table row: it rolls back with the receive
         RETURN coalesce((SELECT c.lease_expiries FROM queue_pg.queue_counters c
-                         WHERE c.queue_id = _counted.queue_id), 0);
+                         WHERE c.queue_id = _stat_counter.queue_id), 0);
     ELSIF kind <> 'stale_receipts' THEN
         RETURN NULL;
     END IF;
-    RETURN coalesce(pg_sequence_last_value(queue_pg._counter(kind, queue_id)), 0);
+    RETURN coalesce(pg_sequence_last_value(queue_pg._sequence(kind, queue_id)), 0);
 END $$;
 
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's
@@ -164,6 +221,8 @@ LANGUAGE sql STABLE AS $$
                     AND length(x.p[1]) BETWEEN 1 AND 10 AND length(x.p[2]) BETWEEN 1 AND 18
                     AND length(x.p[3]) BETWEEN 1 AND 9 AND length(x.p[4]) = 16
                     AND x.p[1] || x.p[2] || x.p[3] ~ '^[0-9]+$' AND x.p[4] ~ '^[0-9a-f]+$'
+                    -- one text per receipt: no number is 0 or has a leading zero
+                    AND left(x.p[1], 1) <> '0' AND left(x.p[2], 1) <> '0' AND left(x.p[3], 1) <> '0'
                THEN x.p[1]::bigint = q_id
                     AND queue_pg._mac(q_id, x.p[2]::bigint, x.p[3]::integer, key) = x.p[4]
                ELSE false END
@@ -188,21 +247,22 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg._stale_receipt(q queue_pg.queues, receipt text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM queue_pg._count('stale_receipts', q.id);
+    PERFORM queue_pg._advance('stale_receipts', q.id);
     RAISE EXCEPTION USING ERRCODE = 'QP005',
         MESSAGE = format('receipt %s of queue %s is stale: the message was received again after it was issued',
                          quote_literal(receipt), quote_literal(q.name)),
         HINT = 'the lease lapsed before the message was deleted; consider a longer visibility_timeout or a heartbeat';
 END $$;
 
--- The history row of a finished message: the one place that says what history keeps. Callers
+-- The history row of a finished message: the one place that says what history keeps (of the
+-- attribute `type`, its first 100 characters). Callers
 -- insert `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
 CREATE OR REPLACE FUNCTION queue_pg._history_row(q queue_pg.queues, m queue_pg.messages,
                                                  outcome text, at timestamptz)
 RETURNS queue_pg.message_history
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW(q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
-               at, m.receive_count, m.lease_expiries, m.attributes ->> 'type')::queue_pg.message_history
+               at, m.receive_count, m.lease_expiries, left(m.attributes ->> 'type', 100))::queue_pg.message_history
 $$;
 
 -- One finished message's history row (delete_message, dead-lettering); set-based writers

@@ -11,3 +11,9 @@ DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, dou
 DROP FUNCTION IF EXISTS queue_pg._create_claim_sequences(integer);
 DROP FUNCTION IF EXISTS queue_pg._history_rows(queue_pg.queues, queue_pg.messages[], text, timestamptz);
 DROP FUNCTION IF EXISTS queue_pg._check_ttl(double precision);
+DROP FUNCTION IF EXISTS queue_pg._channel(integer);
+DROP FUNCTION IF EXISTS queue_pg._claim(queue_pg.queues, integer, double precision, boolean);
+DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
+DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
+DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);
+DROP FUNCTION IF EXISTS queue_pg._count(text, integer, bigint);

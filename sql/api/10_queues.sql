@@ -7,17 +7,23 @@ BEGIN
     IF q.name IS NULL OR q.name !~ '^[A-Za-z0-9_-]{1,80}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('name = %s is invalid: allowed 1 to 80 characters of [A-Za-z0-9_-]',
-                             coalesce(quote_literal(left(q.name, 200)), 'NULL'));
+                             coalesce(quote_literal(left(q.name, 100)), 'NULL'));
     END IF;
-    PERFORM queue_pg._check('visibility_timeout', q.visibility_timeout, 0, 604800);
-    IF q.message_ttl IS NOT NULL AND (q.message_ttl <= 0 OR q.message_ttl = 'NaN' OR q.message_ttl > 3153600000) THEN
+    PERFORM queue_pg._check('visibility_timeout', q.visibility_timeout, 0, queue_pg._max_lease_cap());
+    IF q.message_ttl IS NOT NULL AND (q.message_ttl <= 0 OR q.message_ttl = 'NaN' OR q.message_ttl > queue_pg._max_ttl()) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('message_ttl = %s is out of range: allowed a positive number of seconds up to 3153600000 (100 years), or NULL for never', q.message_ttl);
+            MESSAGE = format('message_ttl = %s is out of range: allowed a positive number of seconds up to %s (100 years), or NULL for never',
+                             q.message_ttl, queue_pg._fmt(queue_pg._max_ttl()));
     END IF;
-    PERFORM queue_pg._check('delay', q.delay, 0, 604800);
+    PERFORM queue_pg._check('delay', q.delay, 0, queue_pg._max_lease_cap());
+    IF q.delay >= q.message_ttl THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('delay = %s is out of range: it must be less than message_ttl = %s seconds (every message would expire unseen)',
+                             queue_pg._fmt(q.delay), queue_pg._fmt(q.message_ttl));
+    END IF;
     PERFORM queue_pg._check('max_message_size', q.max_message_size, 1024, 16777216, 'bytes');
     PERFORM queue_pg._check('receive_wait', q.receive_wait, 0, 20);
-    PERFORM queue_pg._check('max_lease', q.max_lease, 1, 604800);
+    PERFORM queue_pg._check('max_lease', q.max_lease, 1, queue_pg._max_lease_cap());
     IF q.visibility_timeout > q.max_lease THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('visibility_timeout = %s is out of range: it may not exceed max_lease = %s seconds',
@@ -26,7 +32,7 @@ BEGIN
     IF (q.dead_letter_queue IS NULL) <> (q.max_receive_count IS NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('dead_letter_queue = %s and max_receive_count = %s: set both or neither',
-                             coalesce(quote_literal(q.dead_letter_queue), 'NULL'),
+                             coalesce(quote_literal(left(q.dead_letter_queue, 100)), 'NULL'),
                              coalesce(q.max_receive_count::text, 'NULL'));
     END IF;
     IF q.max_receive_count IS NOT NULL THEN
@@ -39,7 +45,7 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM queue_pg.queues WHERE name = q.dead_letter_queue) THEN
             RAISE EXCEPTION USING ERRCODE = 'QP003',
                 MESSAGE = format('dead_letter_queue = %s is invalid: no such queue; create it first',
-                                 quote_literal(q.dead_letter_queue));
+                                 quote_literal(left(q.dead_letter_queue, 100)));
         END IF;
     END IF;
     IF q.in_flight_limit IS NOT NULL THEN
@@ -48,7 +54,7 @@ BEGIN
     IF q.history IS NULL THEN
         PERFORM queue_pg._raise('QP003', 'history = NULL is invalid: allowed true or false');
     END IF;
-    PERFORM queue_pg._check('history_retention', q.history_retention, 3600, 3153600000);
+    PERFORM queue_pg._check('history_retention', q.history_retention, 3600, queue_pg._max_ttl());
 END $$;
 
 -- Keeps the in-flight counter row in step with the queue's in_flight_limit.
@@ -76,6 +82,7 @@ $$;
 
 -- Per-queue sequences of the fast paths (sequences: they change on every receive or send and
 -- leave no row versions behind). notified_<id>: when the last NOTIFY went out (see _wake).
+-- sent, received, deleted: flow counters, each as units, tens and hundreds (see _tally).
 -- The claim floor of a queue: where a receive's index scan starts. Every receive leaves the old
 -- version of each message it leases at the head of the claim index, and every delete leaves a
 -- dead one; while any snapshot older than them is open (a long transaction anywhere in the
@@ -86,9 +93,11 @@ $$;
 -- are found by the one full scan per second per queue, or at once when the floor range has too
 -- few messages to fill the receive.
 CREATE OR REPLACE FUNCTION queue_pg._sequence_kinds() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$ SELECT array['stale_receipts', 'claim_floor', 'claim_rescan', 'notified'] $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT array['stale_receipts', 'claim_floor', 'claim_rescan', 'notified',
+                           'sent', 'sent_x10', 'sent_x100', 'received', 'received_x10', 'received_x100',
+                           'deleted', 'deleted_x10', 'deleted_x100'] $$;
 
--- Creates (create => true) the missing per-queue sequences, or drops them (see _counter).
+-- Creates (create => true) the missing per-queue sequences, or drops them (see _sequence).
 CREATE OR REPLACE FUNCTION queue_pg._queue_sequences(queue_id integer, "create" boolean)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -99,7 +108,9 @@ BEGIN
         IF NOT "create" THEN
             EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.%s_%s', kind, queue_id);
         ELSIF to_regclass(format('queue_pg.%s_%s', kind, queue_id)) IS NULL THEN
-            EXECUTE format('CREATE SEQUENCE queue_pg.%s_%s', kind, queue_id);
+            -- a kind ending in _x<n> counts n at a time (see _tally)
+            EXECUTE format('CREATE SEQUENCE queue_pg.%s_%s INCREMENT %s MINVALUE 0 START %s', kind, queue_id,
+                           coalesce(substring(kind FROM '_x(\d+)$'), '1'), coalesce(substring(kind FROM '_x(\d+)$'), '1'));
         END IF;
     END LOOP;
 END $$;
@@ -229,7 +240,7 @@ BEGIN
             ELSE
                 RAISE EXCEPTION USING ERRCODE = 'QP003',
                     MESSAGE = format('clear = %s is invalid: allowed message_ttl, dead_letter_queue, max_receive_count, in_flight_limit',
-                                     coalesce(quote_literal(c), 'NULL'));
+                                     coalesce(quote_literal(left(c, 100)), 'NULL'));
         END CASE;
     END LOOP;
     PERFORM queue_pg._validate(q);
@@ -268,10 +279,13 @@ BEGIN
             MESSAGE = format('queue %s is the dead_letter_queue of %s; alter or drop those first',
                              quote_literal(q.name), users);
     END IF;
+    -- The sequences go first: dropping them waits for the sends into the queue still in
+    -- progress (see _hold), so their messages are seen and deleted here; a send that comes
+    -- later waits for this transaction and then fails.
+    PERFORM queue_pg._queue_sequences(q.id, false);
     DELETE FROM queue_pg.messages WHERE queue_id = q.id;
     UPDATE queue_pg.messages SET source_queue_id = NULL WHERE source_queue_id = q.id;
     DELETE FROM queue_pg.queues WHERE id = q.id;
-    PERFORM queue_pg._queue_sequences(q.id, false);
     RETURN true;
 END $$;
 

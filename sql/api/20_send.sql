@@ -1,39 +1,127 @@
 -- Sending: one message, or many in one statement.
 
+-- The bounds of a message, checked at send, send_batch and update_message:
+--   size: the octet length of the JSON text of body plus that of attributes, as PostgreSQL prints
+--   them (which is Python's json.dumps(x, ensure_ascii=False)), at most max_message_size;
+--   what every client can read: arrays and objects nested at most 100 deep, and numbers within
+--   float8's range (a number past it is infinity or an error to most JSON decoders).
+-- Inlined sql: a send pays one print of its JSON and two C-level path scans, no plpgsql call.
+CREATE OR REPLACE FUNCTION queue_pg._message_size(body jsonb, attributes jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT octet_length(body::text)::bigint + coalesce(octet_length(attributes::text), 0)
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._max_depth() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 100 $$;
+
+-- The first number of v outside float8's range, or NULL.
+CREATE OR REPLACE FUNCTION queue_pg._huge_number(v jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT jsonb_path_query_first(v, 'strict $.** ? (@.type() == "number" && (@ > 1.7976931348623157e308 || @ < -1.7976931348623157e308))')
+$$;
+
+-- Whether v nests arrays and objects more than _max_depth() deep (a container at level 100).
+CREATE OR REPLACE FUNCTION queue_pg._too_deep(v jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT jsonb_path_exists(v, 'strict $.**{100} ? (@.type() == "array" || @.type() == "object")')
+$$;
+
+-- Whether body and attributes, of _message_size `size`, break a bound; NULL counts as false.
+-- JSON text under 200 bytes can neither nest 100 deep nor print a number past float8 (numbers
+-- print without exponent: 309 digits and more), so small messages skip the path scans.
+CREATE OR REPLACE FUNCTION queue_pg._unfit(max_size integer, body jsonb, attributes jsonb, size bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT body IS NULL
+        OR (attributes IS NOT NULL AND jsonb_typeof(attributes) <> 'object')
+        OR size > max_size
+        OR (size >= 200
+            AND (queue_pg._huge_number(body) IS NOT NULL OR queue_pg._huge_number(attributes) IS NOT NULL
+                 OR queue_pg._too_deep(body) OR coalesce(queue_pg._too_deep(attributes), false)))
+$$;
+
+-- Raises the first bound a message breaks (see _unfit); idx names its place in a batch.
 CREATE OR REPLACE FUNCTION queue_pg._check_body(q queue_pg.queues, body jsonb, attributes jsonb,
                                                idx integer DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     at text := CASE WHEN idx IS NULL THEN '' ELSE format('[%s]', idx) END;
-    size integer;
+    size bigint;
+    v jsonb;
+    param text;
 BEGIN
     IF body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('body%s = NULL is invalid: allowed any JSON value (use JSON null, not SQL NULL)', at);
     END IF;
-    size := pg_column_size(body);
-    IF size > q.max_message_size THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP004',
-            MESSAGE = format('body%s is %s bytes as stored: allowed up to max_message_size = %s bytes of queue %s',
-                             at, size, q.max_message_size, quote_literal(q.name));
-    END IF;
     IF attributes IS NOT NULL AND jsonb_typeof(attributes) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('attributes%s is a JSON %s: allowed a JSON object or NULL', at, jsonb_typeof(attributes));
     END IF;
+    FOREACH param IN ARRAY ARRAY['body', 'attributes'] LOOP
+        v := CASE param WHEN 'body' THEN body ELSE attributes END;
+        IF queue_pg._huge_number(v) IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('%s%s holds the number %s: allowed numbers from -1.7976931348623157e308 to 1.7976931348623157e308 (float8)',
+                                 param, at, left(queue_pg._huge_number(v)::text, 40)
+                                 || CASE WHEN length(queue_pg._huge_number(v)::text) > 40 THEN '...' ELSE '' END);
+        END IF;
+        IF queue_pg._too_deep(v) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('%s%s nests arrays and objects more than %s deep: allowed up to %s levels',
+                                 param, at, queue_pg._max_depth(), queue_pg._max_depth());
+        END IF;
+    END LOOP;
+    size := queue_pg._message_size(body, attributes);
+    IF size > q.max_message_size THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP004',
+            MESSAGE = format('body%s and attributes%s are %s bytes of JSON text: allowed up to max_message_size = %s bytes of queue %s',
+                             at, at, size, q.max_message_size, quote_literal(q.name));
+    END IF;
+END $$;
+
+-- A batch argument must be a plain list: one dimension, indexed from 1 (bodies and attributes
+-- are matched by position).
+CREATE OR REPLACE FUNCTION queue_pg._check_list(param text, a anyarray) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF array_ndims(a) > 1 OR array_lower(a, 1) <> 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('%s has %s dimension(s) and bounds %s: allowed a one-dimensional array indexed from 1',
+                             param, array_ndims(a), array_dims(a));
+    END IF;
+END $$;
+
+-- Holds queue queue_id against a concurrent drop_queue until the caller's transaction ends, so
+-- no message is added to a queue being dropped: pg_sequence_last_value takes a weak lock (ROW
+-- EXCLUSIVE, a fast-path lock: no row written) on one of the queue's own sequences, which
+-- drop_queue drops before it deletes the messages. A send that comes after the drop waits for
+-- it, then fails: the sequence is gone. Only the owner may lock these sequences.
+CREATE OR REPLACE FUNCTION queue_pg._hold(queue_id integer) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$ SELECT pg_sequence_last_value(queue_pg._sequence('notified', queue_id)) $$;
+
+-- delay must end before ttl does: a message invisible until it expires can never be received.
+CREATE OR REPLACE FUNCTION queue_pg._delay_past_ttl(delay double precision, ttl double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'QP003',
+        MESSAGE = format('delay = %s is out of range: it must be less than the time-to-live, %s seconds (the message would expire unseen)',
+                         queue_pg._fmt(delay), queue_pg._fmt(ttl));
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._bad_ttl(ttl double precision) RETURNS double precision
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'QP003',
-        MESSAGE = format('ttl = %s is out of range: allowed more than 0 up to 3153600000 seconds (100 years)', ttl);
+        MESSAGE = format('ttl = %s is out of range: allowed more than 0 up to %s seconds (100 years)',
+                         ttl, queue_pg._fmt(queue_pg._max_ttl()));
 END $$;
 
 -- The ttl itself; inlined like queue_pg._check.
 CREATE OR REPLACE FUNCTION queue_pg._checked_ttl(ttl double precision) RETURNS double precision
 LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN ttl <= 0 OR ttl = 'NaN' OR ttl > 3153600000 THEN queue_pg._bad_ttl(ttl) ELSE ttl END
+    SELECT CASE WHEN ttl <= 0 OR ttl = 'NaN' OR ttl > queue_pg._max_ttl() THEN queue_pg._bad_ttl(ttl) ELSE ttl END
 $$;
 
 -- Wakes the queue's listeners. NOTIFY serializes committing transactions on a cluster-wide
@@ -49,9 +137,10 @@ DECLARE
     seq regclass;
     last_us bigint;
     now_us bigint;
+    key bytea;
 BEGIN
     IF debounce THEN
-        seq := queue_pg._counter('notified', queue_id);
+        seq := queue_pg._sequence('notified', queue_id);
         now_us := queue_pg._micros(clock_timestamp());
         last_us := pg_sequence_last_value(seq);
         IF last_us IS NOT NULL AND now_us - last_us BETWEEN 0 AND 2000 THEN
@@ -59,7 +148,8 @@ BEGIN
         END IF;
         PERFORM setval(seq, now_us);
     END IF;
-    PERFORM pg_notify(queue_pg._channel(queue_id), '');
+    key := queue_pg._key();  -- a variable: as an argument, _channel would not be inlined
+    PERFORM pg_notify(queue_pg._channel(queue_id, key), '');
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.send(
@@ -73,17 +163,30 @@ CREATE OR REPLACE FUNCTION queue_pg.send(
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
-    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
+    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
     t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
     n timestamptz := queue_pg._now();
+    size bigint;
     new_id bigint;
+    dest integer;
 BEGIN
-    PERFORM queue_pg._check_body(q, body, attributes);
+    IF d >= t THEN
+        PERFORM queue_pg._delay_past_ttl(d, t);
+    END IF;
+    size := queue_pg._message_size(body, attributes);
+    IF queue_pg._unfit(q.max_message_size, body, attributes, size) THEN
+        PERFORM queue_pg._check_body(q, body, attributes);
+    END IF;
+    PERFORM queue_pg._hold(q.id);
+    IF q.has_routes THEN  -- a type with a route lands in its target queue (sql/api/56_tuning.sql)
+        dest := (queue_pg._route(q.id, ARRAY[attributes]))[1];
+    END IF;
     INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-    VALUES (q.id, n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes)
+    VALUES (coalesce(dest, q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes)
     RETURNING id INTO new_id;
+    PERFORM nextval(queue_pg._sequence('sent', coalesce(dest, q.id)));
     IF d = 0 THEN
-        PERFORM queue_pg._wake(q.id, debounce);
+        PERFORM queue_pg._wake(coalesce(dest, q.id), debounce);
     END IF;
     RETURN new_id;
 END $$;
@@ -100,38 +203,51 @@ CREATE OR REPLACE FUNCTION queue_pg.send_batch(
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
-    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, 604800);
+    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
     t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
     n timestamptz := queue_pg._now();
     cnt integer := coalesce(cardinality(bodies), 0);
     bad record;
+    dests integer[];
 BEGIN
     PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
+    PERFORM queue_pg._check_list('bodies', bodies);
+    PERFORM queue_pg._check_list('attributes', attributes) WHERE attributes IS NOT NULL;
+    IF d >= t THEN
+        PERFORM queue_pg._delay_past_ttl(d, t);
+    END IF;
     IF attributes IS NOT NULL AND cardinality(attributes) <> cnt THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('len(attributes) = %s is invalid: allowed NULL or len(bodies) = %s',
                              cardinality(attributes), cnt);
     END IF;
-    -- Find the first bad entry without a loop on the good path: NULL bodies, oversize bodies,
-    -- attributes that are not objects.
-    SELECT b.body, a.attr, b.i INTO bad
+    -- Find the first entry that breaks a bound (_unfit) without a loop on the good path.
+    SELECT b.body, attributes[b.i] AS attr, b.i INTO bad
     FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
-    LEFT JOIN unnest(attributes) WITH ORDINALITY AS a(attr, j) ON a.j = b.i
-    WHERE b.body IS NULL OR pg_column_size(b.body) > q.max_message_size
-       OR (a.attr IS NOT NULL AND jsonb_typeof(a.attr) <> 'object')
+    CROSS JOIN LATERAL (SELECT queue_pg._message_size(b.body, attributes[b.i]) AS size OFFSET 0) s
+    WHERE queue_pg._unfit(q.max_message_size, b.body, attributes[b.i], s.size)
     ORDER BY b.i LIMIT 1;
     IF FOUND THEN
         PERFORM queue_pg._check_body(q, bad.body, bad.attr, (bad.i - 1)::integer);
     END IF;
+    PERFORM queue_pg._hold(q.id);
+    IF q.has_routes THEN  -- per message: its type's target queue, or NULL (sql/api/56_tuning.sql)
+        dests := queue_pg._route(q.id, attributes);
+    END IF;
     RETURN QUERY
     WITH ins AS (
         INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-        SELECT q.id, n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i]
+        SELECT coalesce(dests[b.i], q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i]
         FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
         ORDER BY b.i
         RETURNING id
     )
     SELECT ins.id FROM ins ORDER BY ins.id;
+    IF dests IS NULL THEN
+        PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', cnt) k;
+    ELSE
+        PERFORM queue_pg._routed_sends(q.id, dests, cnt, d = 0, debounce);
+    END IF;
     IF d = 0 THEN
         PERFORM queue_pg._wake(q.id, debounce);
     END IF;

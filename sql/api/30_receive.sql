@@ -8,6 +8,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     moved queue_pg.messages;
     cnt integer := 0;
+    key bytea;
 BEGIN
     FOR moved IN
         UPDATE queue_pg.messages t SET
@@ -23,9 +24,37 @@ BEGIN
         PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
         cnt := cnt + 1;
     END LOOP;
-    PERFORM pg_notify(queue_pg._channel(d.id), '') FROM queue_pg.queues d
+    key := queue_pg._key();
+    PERFORM pg_notify(queue_pg._channel(d.id, key), '') FROM queue_pg.queues d
     WHERE d.name = q.dead_letter_queue AND cnt > 0;
     RETURN cnt;
+END $$;
+
+-- Messages of q in flight, for a caller about to put `want` more in flight: the counter row,
+-- locked until the transaction ends. The counter is an upper bound (a lapsed lease is not
+-- subtracted); when it says the limit would be passed, count exactly, no further than the
+-- limit, and store the truth.
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_held(q queue_pg.queues, n timestamptz, want integer)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    held bigint;
+BEGIN
+    SELECT f.n INTO held FROM queue_pg.in_flight f WHERE f.queue_id = q.id FOR UPDATE;
+    IF held IS NULL OR held + want > q.in_flight_limit THEN
+        held := queue_pg._in_flight_exact(q, n);
+        INSERT INTO queue_pg.in_flight AS f (queue_id, n) VALUES (q.id, held)
+        ON CONFLICT (queue_id) DO UPDATE SET n = excluded.n;
+    END IF;
+    RETURN held;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_full(q queue_pg.queues, held bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'QP008',
+        MESSAGE = format('queue %s has %s messages in flight: in_flight_limit = %s is reached',
+                         quote_literal(q.name), held, q.in_flight_limit);
 END $$;
 
 -- One claim attempt. Dead-letters claimed messages that used up their receives (SQS: the receive
@@ -34,8 +63,11 @@ END $$;
 -- behind (visible_at only grows), and a planner that believes the range nearly empty picks a
 -- bitmap scan and a sort of the whole backlog (67 ms for 10 of 200,000 messages, measured).
 -- Hence no bitmap scans and no sorts in here (tests/test_plans.py).
+-- undo_fruitless: an attempt that finds nothing to do raises QP900 (caught by _receive), so the
+-- subtransaction it runs in is rolled back and its row locks (the in-flight counter's) released.
 CREATE OR REPLACE FUNCTION queue_pg._claim(q queue_pg.queues, max_messages integer,
-                                           vt double precision, long_poll boolean)
+                                           vt double precision, long_poll boolean,
+                                           undo_fruitless boolean DEFAULT false)
 RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql SET enable_bitmapscan = off SET enable_sort = off AS $$
 DECLARE
@@ -47,36 +79,34 @@ DECLARE
     lapsed integer;
     key bytea;
     got integer;
-    floor_seq regclass := queue_pg._counter('claim_floor', q.id);
-    rescan_seq regclass := queue_pg._counter('claim_rescan', q.id);
+    floor_seq regclass := queue_pg._sequence('claim_floor', q.id);
+    rescan_seq regclass := queue_pg._sequence('claim_rescan', q.id);
     floor_at timestamptz;
     top timestamptz;
     found_n integer;
+    real_us bigint := queue_pg._micros(clock_timestamp());
+    rescan_us bigint;
 BEGIN
     IF q.in_flight_limit IS NOT NULL THEN
-        -- The counter is an upper bound (a lapsed lease is not subtracted); when it says the
-        -- limit is reached, count exactly, no further than the limit, and store the truth.
-        SELECT f.n INTO held FROM queue_pg.in_flight f WHERE f.queue_id = q.id FOR UPDATE;
-        IF held IS NULL OR held + want > q.in_flight_limit THEN
-            held := queue_pg._in_flight_exact(q, n);
-            INSERT INTO queue_pg.in_flight AS f (queue_id, n) VALUES (q.id, held)
-            ON CONFLICT (queue_id) DO UPDATE SET n = excluded.n;
-        END IF;
+        held := queue_pg._in_flight_held(q, n, want);
         IF held >= q.in_flight_limit THEN
-            IF long_poll THEN
+            IF undo_fruitless THEN
+                RAISE EXCEPTION USING ERRCODE = 'QP900', MESSAGE = 'fruitless claim attempt';
+            ELSIF long_poll THEN
                 RETURN;
             END IF;
-            RAISE EXCEPTION USING ERRCODE = 'QP008',
-                MESSAGE = format('queue %s has %s messages in flight: in_flight_limit = %s is reached',
-                                 quote_literal(q.name), held, q.in_flight_limit);
+            PERFORM queue_pg._in_flight_full(q, held);
         END IF;
         want := least(want, q.in_flight_limit - held);
     END IF;
 
-    -- Where the scan starts (see _claim_floor): from the floor, except once a second per queue,
-    -- when one claim scans from the start to pick up stragglers the floor has passed.
-    IF coalesce(pg_sequence_last_value(rescan_seq), 0) < queue_pg._micros(n) - 1000000 THEN
-        PERFORM setval(rescan_seq, queue_pg._micros(n));
+    -- Where the scan starts (see _sequence_kinds): from the floor, except once a second per
+    -- queue, when one claim scans from the start to pick up stragglers the floor has passed.
+    -- Both sequences follow the real clock, whatever the session's: a mark in the future (from
+    -- a moved clock) counts as due, so it heals at the next claim.
+    rescan_us := coalesce(pg_sequence_last_value(rescan_seq), 0);
+    IF rescan_us < real_us - 1000000 OR rescan_us > real_us THEN
+        PERFORM setval(rescan_seq, real_us);
     ELSE
         floor_at := queue_pg._from_micros(pg_sequence_last_value(floor_seq));
     END IF;
@@ -104,12 +134,15 @@ BEGIN
             floor_at := NULL;
         END LOOP;
         IF ids IS NULL THEN
+            IF undo_fruitless AND attempt = 1 THEN
+                RAISE EXCEPTION USING ERRCODE = 'QP900', MESSAGE = 'fruitless claim attempt';
+            END IF;
             RETURN;
         END IF;
         -- Every visible message below `top` is now taken or locked by another claim: later
         -- claims may start there. A full scan may lower the floor, a floor scan only raise it.
         IF floor_at IS NULL OR top > floor_at THEN
-            PERFORM setval(floor_seq, queue_pg._micros(top));
+            PERFORM setval(floor_seq, least(queue_pg._micros(top), real_us));
         END IF;
         IF lapsed > 0 THEN
             INSERT INTO queue_pg.queue_counters AS c (queue_id, lease_expiries)
@@ -127,8 +160,13 @@ BEGIN
 
     key := queue_pg._key();
     RETURN QUERY
+    -- lease_policy 'per_type' (only when the receive left out visibility_timeout, see _receive):
+    -- each message's lease is its type's from queue_pg.type_leases, else vt.
     UPDATE queue_pg.messages t SET
-        visible_at = n + queue_pg._seconds(vt),
+        visible_at = n + queue_pg._seconds(CASE WHEN q.lease_policy = 'per_type'
+            THEN least(q.max_lease, coalesce((SELECT l.lease FROM queue_pg.type_leases l
+                                              WHERE l.queue_id = q.id AND l.type = left(t.attributes ->> 'type', 100)), vt))
+            ELSE vt END),
         receive_count = t.receive_count + 1,
         lease_no = t.lease_no + 1,
         lease_expiries = t.lease_expiries + (t.receive_count > 0 AND NOT t.released)::int,
@@ -139,6 +177,7 @@ BEGIN
     RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
               t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at;
     GET DIAGNOSTICS got = ROW_COUNT;
+    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('received', got) k;
     IF q.in_flight_limit IS NOT NULL AND got > 0 AND vt > 0 THEN
         UPDATE queue_pg.in_flight f SET n = f.n + got WHERE f.queue_id = q.id;
     END IF;
@@ -161,10 +200,14 @@ DECLARE
     w double precision := coalesce(wait, q.receive_wait);
     deadline timestamptz;
     bad text;
+    got boolean;
 BEGIN
     PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages');
-    PERFORM queue_pg._check('visibility_timeout', vt, 0, 604800);
+    PERFORM queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap());
     PERFORM queue_pg._check('wait', w, 0, 20);
+    IF visibility_timeout IS NOT NULL THEN  -- an explicit lease overrides a per-type one
+        q.lease_policy := 'fixed';
+    END IF;
     IF vt > q.max_lease THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('visibility_timeout = %s is out of range: it may not exceed max_lease = %s seconds of queue %s',
@@ -180,13 +223,28 @@ BEGIN
         END IF;
     END IF;
     deadline := clock_timestamp() + queue_pg._seconds(w);
-    LOOP
-        RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, w > 0);
-        IF FOUND OR NOT poll OR clock_timestamp() >= deadline THEN
-            RETURN;
-        END IF;
-        PERFORM pg_sleep(least(0.05, extract(epoch FROM deadline - clock_timestamp())));
-    END LOOP;
+    -- A server-side poll runs each attempt in a subtransaction, undone when fruitless, so the
+    -- wait between attempts holds no row lock (the in-flight counter's): other consumers'
+    -- receives and deletes go on. An attempt that did work and found nothing to return (it
+    -- dead-lettered) keeps its locks, and so does a delete batch on a queue with an
+    -- in_flight_limit (the counter): then the answer comes at once. The other paths make one
+    -- attempt, never sleep and pay no subtransaction.
+    IF poll AND w > 0 AND NOT (q.in_flight_limit IS NOT NULL AND coalesce(cardinality("delete"), 0) > 0) THEN
+        LOOP
+            got := NULL;  -- stays NULL when the attempt was fruitless and undone
+            BEGIN
+                RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, true, true);
+                got := FOUND;
+            EXCEPTION WHEN SQLSTATE 'QP900' THEN
+                NULL;
+            END;
+            IF got IS NOT NULL OR clock_timestamp() >= deadline THEN
+                RETURN;
+            END IF;
+            PERFORM pg_sleep(least(0.05, extract(epoch FROM deadline - clock_timestamp())));
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, w > 0);
 END $$;
 
 -- SQS ReceiveMessage. `wait` > 0 polls inside the server every 50 ms for callers that cannot

@@ -1,5 +1,17 @@
 -- Settling a lease: delete, change visibility, update. Each needs the current receipt.
 
+-- Whether message (m_id, m_queue_id, m_lease_no, m_expires_at) is under the lease a receipt of
+-- queue q_id names, (id, lease_no), and not expired at `at`: the row a settling call may touch.
+-- Inlined into the caller's WHERE (columns in, so the primary key index still serves).
+CREATE OR REPLACE FUNCTION queue_pg._current_lease(m_id bigint, m_queue_id integer, m_lease_no integer,
+                                                   m_expires_at timestamptz, q_id integer, id bigint,
+                                                   lease_no integer, at timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT m_id = id AND m_queue_id = q_id AND m_lease_no = lease_no
+           AND (m_expires_at IS NULL OR m_expires_at > at)
+$$;
+
 -- Why a receipt that matched nothing matched nothing: the message is gone (false), was received
 -- again (StaleReceipt, counted), or the receipt was never ours (InvalidReceipt).
 CREATE OR REPLACE FUNCTION queue_pg._diagnose(q queue_pg.queues, receipt text, id bigint,
@@ -48,11 +60,11 @@ DECLARE
     why text;
 BEGIN
     DELETE FROM queue_pg.messages t
-    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
-      AND (t.expires_at IS NULL OR t.expires_at > n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
     RETURNING t.* INTO m;
     IF m.id IS NOT NULL THEN
         PERFORM queue_pg._history(q, m, 'deleted', n);
+        PERFORM nextval(queue_pg._sequence('deleted', q.id));
         IF q.in_flight_limit IS NOT NULL AND m.visible_at > n THEN
             UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
         END IF;
@@ -83,11 +95,12 @@ DECLARE
     why text[];
 BEGIN
     PERFORM queue_pg._check(format('len(%s)', param), cnt, 1, 1000, 'receipts');
+    PERFORM queue_pg._check_list(param, receipts);
     SELECT x INTO dup FROM unnest(receipts) x GROUP BY x HAVING count(*) > 1 LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('%s has duplicate entry %s: allowed distinct receipts only',
-                             param, coalesce(quote_literal(dup), 'NULL'));
+                             param, coalesce(quote_literal(left(dup, 100)), 'NULL'));
     END IF;
     SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
     FROM generate_series(1, cnt) u(i)
@@ -96,8 +109,7 @@ BEGIN
     WITH del AS (
         DELETE FROM queue_pg.messages t
         USING unnest(ids, leases) p(id, lease_no)
-        WHERE t.id = p.id AND t.queue_id = q.id AND t.lease_no = p.lease_no
-          AND (t.expires_at IS NULL OR t.expires_at > n)
+        WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, p.id, p.lease_no, n)
         RETURNING t.*
     ), hist AS (
         INSERT INTO queue_pg.message_history
@@ -110,6 +122,7 @@ BEGIN
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
     END IF;
+    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('deleted', cardinality(gone_ids)) k;
     IF cardinality(gone_ids) = cnt THEN  -- the usual case: every entry deleted
         RETURN QUERY SELECT r, true, NULL::text FROM unnest(receipts) r;
         RETURN;
@@ -120,7 +133,7 @@ BEGIN
                                        WHERE g.id = ids[i] AND g.lease_no = leases[i]) THEN NULL
                           ELSE queue_pg._diagnose(q, receipts[i], ids[i], leases[i]) END ORDER BY i)
     INTO why FROM generate_series(1, cnt) i;
-    PERFORM queue_pg._count('stale_receipts', q.id, count(*))
+    PERFORM queue_pg._advance('stale_receipts', q.id, count(*))
     FROM unnest(why) w WHERE w = 'StaleReceipt' HAVING count(*) > 0;
     RETURN QUERY
     SELECT receipts[i], why[i] IS NULL, nullif(why[i], 'gone')
@@ -143,26 +156,27 @@ CREATE OR REPLACE FUNCTION queue_pg._relet(q queue_pg.queues, receipt text, time
 RETURNS queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
-    r record := queue_pg._parse_receipt(q.id, receipt, queue_pg._key());
+    key bytea := queue_pg._key();
+    r record := queue_pg._parse_receipt(q.id, receipt, key);
     n timestamptz := queue_pg._now();
     m queue_pg.messages;
     cap timestamptz;
     was_in boolean;
     is_in boolean;
+    new_body jsonb;
+    new_attributes jsonb;
+    size bigint;
+    held bigint;
     result queue_pg.message;
 BEGIN
     IF timeout IS NOT NULL OR param = 'timeout' THEN
-        PERFORM queue_pg._check(param, timeout, 0, 604800);
+        PERFORM queue_pg._check(param, timeout, 0, queue_pg._max_lease_cap());
     END IF;
     IF release IS NULL THEN
         PERFORM queue_pg._raise('QP003', 'release = NULL is invalid: allowed true or false');
     END IF;
-    IF body IS NOT NULL OR attributes IS NOT NULL THEN
-        PERFORM queue_pg._check_body(q, coalesce(body, '{}'), attributes);
-    END IF;
     SELECT * INTO m FROM queue_pg.messages t
-    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
-      AND (t.expires_at IS NULL OR t.expires_at > n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
     FOR UPDATE;
     IF m.id IS NULL THEN
         PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, receipt, r.id, r.lease_no));
@@ -175,14 +189,40 @@ BEGIN
                              queue_pg._fmt(q.max_lease), m.last_received_at,
                              greatest(0, round(extract(epoch FROM cap - n)::numeric, 3)));
     END IF;
+    -- What the caller sends is bounded like a new message; the message as it will be (merged
+    -- attributes included) by size only: a body it leaves as it is (one stored before the
+    -- readability bounds existed, say) is not the caller's to answer for.
+    IF body IS NOT NULL OR attributes IS NOT NULL THEN
+        new_body := coalesce(body, 'null');
+        IF queue_pg._unfit(q.max_message_size, new_body, attributes,
+                           queue_pg._message_size(new_body, attributes)) THEN
+            PERFORM queue_pg._check_body(q, new_body, attributes);
+        END IF;
+        new_attributes := CASE WHEN attributes IS NULL THEN m.attributes
+                               ELSE coalesce(m.attributes, '{}') || attributes END;
+        new_body := coalesce(body, m.body);
+        size := queue_pg._message_size(new_body, new_attributes);
+        IF size > q.max_message_size THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP004',
+                MESSAGE = format('body and attributes would be %s bytes of JSON text after the update: allowed up to max_message_size = %s bytes of queue %s',
+                                 size, q.max_message_size, quote_literal(q.name));
+        END IF;
+    END IF;
     was_in := m.visible_at > n;
     is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 END;
+    -- Back in flight (a released or lapsed lease taken up again): bounded by the limit like a
+    -- receive.
+    IF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN
+        held := queue_pg._in_flight_held(q, n, 1);
+        IF held >= q.in_flight_limit THEN
+            PERFORM queue_pg._in_flight_full(q, held);
+        END IF;
+    END IF;
     UPDATE queue_pg.messages t SET
         visible_at = CASE WHEN timeout IS NULL THEN t.visible_at ELSE n + queue_pg._seconds(timeout) END,
         released = CASE WHEN timeout IS NULL THEN t.released ELSE timeout = 0 OR release END,
         body = coalesce(_relet.body, t.body),
-        attributes = CASE WHEN _relet.attributes IS NULL THEN t.attributes
-                          ELSE coalesce(t.attributes, '{}') || _relet.attributes END
+        attributes = coalesce(new_attributes, t.attributes)
     WHERE t.id = m.id
     RETURNING t.id, q.name, t.body, t.attributes, receipt, t.receive_count, t.enqueued_at,
               t.first_received_at, t.visible_at, t.expires_at
@@ -192,7 +232,7 @@ BEGIN
         WHERE f.queue_id = q.id;
     END IF;
     IF timeout = 0 THEN
-        PERFORM pg_notify(queue_pg._channel(q.id), '');
+        PERFORM pg_notify(queue_pg._channel(q.id, key), '');
     END IF;
     RETURN result;
 END $$;
@@ -237,9 +277,13 @@ BEGIN
             MESSAGE = format('queue = %s is invalid: it has no dead_letter_queue (set one with alter_queue)',
                              quote_literal(q.name));
     END IF;
+    -- The reason is kept in the message's attributes: bounded, so it adds at most 1 KiB.
+    IF octet_length(reason) > 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('reason is %s bytes: allowed up to 1024 bytes (UTF-8)', octet_length(reason));
+    END IF;
     SELECT t.id INTO found_id FROM queue_pg.messages t
-    WHERE t.id = r.id AND t.queue_id = q.id AND t.lease_no = r.lease_no
-      AND (t.expires_at IS NULL OR t.expires_at > n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
     FOR UPDATE;
     IF found_id IS NULL THEN
         why := queue_pg._diagnose(q, receipt, r.id, r.lease_no);

@@ -36,31 +36,70 @@ BEGIN
     RETURN cnt;
 END $$;
 
--- History partitions: one per UTC day, made a few days ahead; whole days older than the longest
--- retention are dropped; a queue with a shorter retention has its older rows deleted.
-CREATE OR REPLACE FUNCTION queue_pg._history_maintenance(at timestamptz, max_rows integer)
+-- History upkeep, on the real clock whatever the session's: rows older than their queue's
+-- history_retention are deleted (bounded batches, rows another sweep holds are skipped, given up
+-- after 50 ms of waiting for a table lock), by any caller. Partitions (one per UTC day, made up to two days ahead; whole days older than the
+-- longest retention dropped) are DDL, whose locks last until the caller's transaction ends: only
+-- the owner's sweep (a superuser or a member of the owner's role) does them, one sweep at a time
+-- (a row lock on queue_pg.sweeper, which no other role can reach), never waiting for a lock.
+-- Until one runs, a day's rows go to the default partition and are deleted row by row.
+CREATE OR REPLACE FUNCTION queue_pg._history_maintenance(max_rows integer)
+RETURNS void
+LANGUAGE plpgsql SET lock_timeout = '50ms' AS $$
+DECLARE
+    at timestamptz := clock_timestamp();
+    keep double precision;
+    q record;
+BEGIN
+    SELECT coalesce(max(history_retention), 604800) INTO keep FROM queue_pg.queues;
+    BEGIN  -- a table lock held by the owner's partition upkeep: skipped, done by a later sweep
+        FOR q IN SELECT id, history_retention FROM queue_pg.queues WHERE history_retention < keep LOOP
+            DELETE FROM queue_pg.message_history h
+            USING (SELECT x.tableoid AS part, x.ctid AS row_id FROM queue_pg.message_history x
+                   WHERE x.queue_id = q.id AND x.finished_at < at - queue_pg._seconds(q.history_retention)
+                   LIMIT max_rows FOR UPDATE SKIP LOCKED) old
+            WHERE h.tableoid = old.part AND h.ctid = old.row_id;
+        END LOOP;
+        DELETE FROM queue_pg.message_history_default h
+        WHERE h.ctid = ANY (ARRAY(
+            SELECT x.ctid FROM queue_pg.message_history_default x
+            WHERE x.finished_at < at - queue_pg._seconds(keep)
+            LIMIT max_rows FOR UPDATE SKIP LOCKED));
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;
+    END;
+    IF queue_pg._is_owner() THEN  -- apart: nobody else may ever hold the sweeper row
+        IF EXISTS (SELECT 1 FROM queue_pg.sweeper FOR UPDATE SKIP LOCKED) THEN
+            PERFORM queue_pg._history_partitions(at, keep);
+        END IF;
+    END IF;
+END $$;
+
+-- The partition DDL of _history_maintenance. A new day's table is made on its own and then
+-- attached (SHARE UPDATE EXCLUSIVE on the parent: inserts and deletes go on); each step gives
+-- up after 50 ms of waiting for a lock (the lock_timeout of _history_maintenance), to be tried
+-- by the next sweep.
+CREATE OR REPLACE FUNCTION queue_pg._history_partitions(at timestamptz, keep double precision)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     today date := (at AT TIME ZONE 'UTC')::date;
     d date;
     part record;
-    keep double precision;
-    q record;
+    name text;
 BEGIN
     FOR d IN SELECT generate_series(today, today + 2, interval '1 day')::date LOOP
-        IF to_regclass(format('queue_pg.message_history_%s', to_char(d, 'YYYYMMDD'))) IS NULL THEN
-            BEGIN
-                EXECUTE format('CREATE TABLE queue_pg.message_history_%s PARTITION OF queue_pg.message_history '
-                               'FOR VALUES FROM (%L) TO (%L)', to_char(d, 'YYYYMMDD'),
-                               (d::timestamp AT TIME ZONE 'UTC'), ((d + 1)::timestamp AT TIME ZONE 'UTC'));
-            EXCEPTION WHEN check_violation OR duplicate_table OR invalid_object_definition THEN
-                NULL;  -- the default partition already holds rows of that day; they stay there
-            END;
-        END IF;
+        name := format('message_history_%s', to_char(d, 'YYYYMMDD'));
+        CONTINUE WHEN to_regclass('queue_pg.' || name) IS NOT NULL;
+        BEGIN
+            EXECUTE format('CREATE TABLE queue_pg.%I (LIKE queue_pg.message_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name);
+            EXECUTE format('ALTER TABLE queue_pg.message_history ATTACH PARTITION queue_pg.%I FOR VALUES FROM (%L) TO (%L)',
+                           name, (d::timestamp AT TIME ZONE 'UTC'), ((d + 1)::timestamp AT TIME ZONE 'UTC'));
+        EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table OR invalid_object_definition THEN
+            NULL;  -- busy, or the default partition holds rows of that day (they stay there)
+        END;
     END LOOP;
 
-    SELECT coalesce(max(history_retention), 604800) INTO keep FROM queue_pg.queues;
     FOR part IN
         SELECT c.oid::regclass AS name, to_date(substring(c.relname FROM '(\d{8})$'), 'YYYYMMDD') AS day
         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -68,22 +107,17 @@ BEGIN
           AND c.relname ~ '^message_history_\d{8}$'
     LOOP
         IF ((part.day + 1)::timestamp AT TIME ZONE 'UTC') < at - queue_pg._seconds(keep) THEN
-            EXECUTE format('DROP TABLE %s', part.name);
+            BEGIN
+                EXECUTE format('DROP TABLE %s', part.name);
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
+            END;
         END IF;
     END LOOP;
-
-    FOR q IN SELECT id, history_retention FROM queue_pg.queues WHERE history_retention < keep LOOP
-        DELETE FROM queue_pg.message_history h
-        WHERE h.ctid = ANY (ARRAY(
-            SELECT x.ctid FROM queue_pg.message_history x
-            WHERE x.queue_id = q.id AND x.finished_at < at - queue_pg._seconds(q.history_retention)
-            LIMIT max_rows));
-    END LOOP;
-    DELETE FROM queue_pg.message_history_default h
-    WHERE h.finished_at < at - queue_pg._seconds(keep);
 END $$;
 
--- Deletes expired messages (a bounded batch, one sweeper at a time) and keeps history partitions.
+-- Deletes expired messages (a bounded batch; concurrent sweeps skip each other's rows) and keeps
+-- history (_history_maintenance). Expiry follows the queue clock, which only the owner can move.
 CREATE OR REPLACE FUNCTION queue_pg.sweep(max_rows integer DEFAULT 10000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -91,9 +125,6 @@ DECLARE
     cnt bigint;
 BEGIN
     PERFORM queue_pg._check('max_rows', max_rows, 1, 1000000, 'rows');
-    IF NOT pg_try_advisory_xact_lock(hashtext('queue_pg.sweep')) THEN
-        RETURN 0;
-    END IF;
     WITH e AS (
         SELECT m.id FROM queue_pg.messages m
         WHERE m.expires_at <= at
@@ -109,7 +140,9 @@ BEGIN
         WHERE q.history
     )
     SELECT count(*) INTO cnt FROM d;
-    PERFORM queue_pg._history_maintenance(at, max_rows);
+    PERFORM queue_pg._history_maintenance(max_rows);
+    PERFORM queue_pg._maintain(at);  -- samples for queue_stats, auto-tuning (sql/api/56_tuning.sql)
+    PERFORM queue_pg._forget_writes(max_rows);
     RETURN cnt;
 END $$;
 
@@ -124,6 +157,7 @@ DECLARE
     at timestamptz := queue_pg._now();
     cnt bigint;
     qids integer[];
+    key bytea;
 BEGIN
     IF "to" IS NOT NULL THEN
         target := queue_pg._queue("to", 'manage');
@@ -148,37 +182,7 @@ BEGIN
         RETURNING m.queue_id
     )
     SELECT count(*), array_agg(DISTINCT moved.queue_id) INTO cnt, qids FROM moved;
-    PERFORM pg_notify(queue_pg._channel(x), '') FROM unnest(qids) x;
+    key := queue_pg._key();
+    PERFORM pg_notify(queue_pg._channel(x, key), '') FROM unnest(qids) x;
     RETURN cnt;
-END $$;
-
--- One row per queue. stale_receipts: refused receipts (the seeds' sign that the visibility timeout
--- is too short); lease_expiries: messages delivered again after a lease lapsed; dead_lettered:
--- messages of this queue now sitting in a dead-letter queue.
-CREATE OR REPLACE VIEW queue_pg.queue_stats AS
-SELECT q.name AS queue,
-       coalesce(s.visible, 0) AS visible,
-       coalesce(s.in_flight, 0) AS in_flight,
-       coalesce(s.delayed, 0) AS delayed,
-       (SELECT count(*) FROM queue_pg.messages d WHERE d.source_queue_id = q.id) AS dead_lettered,
-       s.oldest_visible_age,
-       queue_pg._counted('stale_receipts', q.id) AS stale_receipts,
-       queue_pg._counted('lease_expiries', q.id) AS lease_expiries
-FROM queue_pg.queues q
-CROSS JOIN LATERAL (SELECT queue_pg.now() AS at) t
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE m.visible_at <= t.at) AS visible,
-           count(*) FILTER (WHERE m.visible_at > t.at AND m.last_received_at IS NOT NULL) AS in_flight,
-           count(*) FILTER (WHERE m.visible_at > t.at AND m.last_received_at IS NULL) AS delayed,
-           extract(epoch FROM t.at - min(m.enqueued_at) FILTER (WHERE m.visible_at <= t.at))::float8
-               AS oldest_visible_age
-    FROM queue_pg.messages m
-    WHERE m.queue_id = q.id AND (m.expires_at IS NULL OR m.expires_at > t.at)
-) s ON true;
-
-CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    PERFORM queue_pg._queue(queue);
-    RETURN QUERY SELECT * FROM queue_pg.queue_stats s WHERE s.queue = stats.queue;
 END $$;

@@ -29,8 +29,7 @@ BEGIN
         RETURN NULL;
     END IF;
     caller := queue_pg._caller();
-    IF pg_has_role(caller, current_user, 'USAGE')
-       OR coalesce(pg_has_role(caller, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
+    IF queue_pg._is_owner() OR coalesce(pg_has_role(caller, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
         RETURN NULL;
     END IF;
     IF need = 'create' THEN
@@ -57,11 +56,11 @@ BEGIN
     IF why IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP011',
             MESSAGE = format('permission denied: role %s needs privilege %s on queue %s',
-                             quote_literal(queue_pg._caller()), need, coalesce(quote_literal(queue), 'NULL')),
+                             quote_literal(queue_pg._caller()), need, coalesce(quote_literal(left(queue, 100)), 'NULL')),
             DETAIL = why,
             HINT = CASE WHEN need = 'create' THEN 'GRANT queue_pg_admin TO the role'
                         ELSE format('a manager of the queue runs queue_pg.grant(%s, %s, %s)',
-                                    quote_literal(queue), quote_literal(queue_pg._caller()),
+                                    quote_literal(left(queue, 100)), quote_literal(queue_pg._caller()),
                                     quote_literal(need)) END;
     END IF;
 END $$;
@@ -131,6 +130,11 @@ END $$;
 
 -- Monitoring: counts only, never bodies; a filter on it cannot reach into the tables below.
 ALTER VIEW queue_pg.queue_stats SET (security_barrier = true);
+ALTER VIEW queue_pg.in_flight_messages SET (security_barrier = true);
+ALTER VIEW queue_pg.dead_letters SET (security_barrier = true);
+ALTER VIEW queue_pg.processing_times SET (security_barrier = true);
+ALTER VIEW queue_pg.timeout_advice SET (security_barrier = true);
+ALTER VIEW queue_pg.tuning_log SET (security_barrier = true);
 
 -- Every function, on every apply. Entry points (what other roles may call, and what a view calls
 -- as its reader) run as the owner (SECURITY DEFINER) with search_path pinned to pg_catalog, so a
@@ -150,16 +154,20 @@ BEGIN
     FROM pg_catalog.pg_roles WHERE rolname = ANY (groups);
     FOR f IN
         SELECT p.oid::regprocedure AS sig, p.proname::text AS name,
-               (p.proname !~ '^_' OR p.proname IN ('_receive', '_counted')) AS entry,
+               (p.proname !~ '^_' OR p.proname IN ('_receive', '_stat_counter', '_sees', '_queue_stats',
+                                                    '_in_flight_messages', '_dead_letters', '_tuning_log')) AS entry,
                CASE
-                   WHEN p.proname IN ('send', 'send_batch') THEN ARRAY['queue_pg_producer']
+                   WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek')
                        THEN ARRAY['queue_pg_consumer']
                    -- per-queue 'manage' grants decide; any member of a group may try
                    WHEN p.proname IN ('alter_queue', 'drop_queue', 'purge', 'redrive', 'grant',
                                       'revoke', 'list_grants', 'list_queues', 'get_queue', 'stats',
-                                      'channel', 'sweep', 'now', '_counted')
+                                      'channel', 'sweep', 'now', '_stat_counter', '_sees', '_queue_stats',
+                                      '_in_flight_messages', '_dead_letters', '_tuning_log',
+                                      'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
+                                      'add_route', 'drop_route', 'list_routes', 'split')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to
@@ -184,7 +192,9 @@ BEGIN
     END LOOP;
     FOREACH g IN ARRAY have LOOP
         EXECUTE format('GRANT USAGE ON SCHEMA queue_pg TO %I', g);
-        EXECUTE format('GRANT SELECT ON queue_pg.queue_stats TO %I', g);
+        -- the views show each reader only the queues it has a grant on (_sees), and no bodies
+        EXECUTE format('GRANT SELECT ON queue_pg.queue_stats, queue_pg.in_flight_messages, queue_pg.dead_letters,'
+                       ' queue_pg.processing_times, queue_pg.timeout_advice, queue_pg.tuning_log TO %I', g);
     END LOOP;
     IF 'queue_pg_admin' = ANY (have) THEN
         GRANT SELECT ON queue_pg.message_history TO queue_pg_admin;

@@ -27,7 +27,7 @@ import pytest
 
 from queue_pg import Client
 from queue_pg.embedded import EmbeddedServer
-from queue_pg.migrate import migrate
+from queue_pg.install import migrate
 
 pytestmark = pytest.mark.faults
 

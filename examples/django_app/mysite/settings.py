@@ -1,12 +1,13 @@
-"""Settings of the example project: one PostgreSQL database, given as ``DATABASE_URL``."""
+"""Settings of the example project: one PostgreSQL database, ``$QUEUE_PG_DSN``, else database
+``django_example`` on queue_pg's embedded server (created on first use)."""
 
 import os
 
 from psycopg.conninfo import conninfo_to_dict
 
-_db = conninfo_to_dict(
-    os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/queue_pg_example")
-)
+from queue_pg.embedded import app_dsn
+
+_db = conninfo_to_dict(app_dsn("django_example"))
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = False

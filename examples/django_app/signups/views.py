@@ -1,4 +1,4 @@
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -11,7 +11,8 @@ from signups.tasks import send_welcome
 @require_POST
 def signup(request: HttpRequest) -> JsonResponse:
     """Create a signup and enqueue its welcome job in one transaction: a referral to an unknown
-    email fails the request after the enqueue, and rolls both back."""
+    email fails the request after the enqueue, and rolls both back; an email already signed up
+    is a conflict (409), with nothing enqueued."""
     try:
         with transaction.atomic():
             signup = Signup.objects.create(email=request.POST["email"])
@@ -23,4 +24,6 @@ def signup(request: HttpRequest) -> JsonResponse:
                 referrer.save(update_fields=["referrals"])
     except Signup.DoesNotExist:
         return JsonResponse({"error": "unknown referrer"}, status=400)
+    except IntegrityError:
+        return JsonResponse({"error": "already signed up"}, status=409)
     return JsonResponse({"id": signup.id, "message_id": message_id}, status=201)

@@ -1,4 +1,4 @@
-"""What our Django migrations run: ``queue_pg.migrate.migrate()`` on Django's own connection.
+"""What our Django migrations run: ``queue_pg.install.migrate()`` on Django's own connection.
 
 Every queue_pg release that adds a schema revision ships a Django migration calling
 :func:`install` again (it upgrades to head, and does nothing on a database already there, such
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from queue_pg.migrate import SCHEMA
+from queue_pg.install import SCHEMA
 
 
 def install(apps: Any, schema_editor: Any) -> None:
     """Upgrade schema queue_pg to head in one transaction of its own (the migration is
     non-atomic: ``migrate()`` needs an idle connection, and serialises on an advisory lock)."""
-    from queue_pg.migrate import migrate
+    from queue_pg.install import migrate
 
     wrapper = schema_editor.connection
     if wrapper.vendor != "postgresql":

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-__all__ = ["Outage", "is_connection_error", "looks_dead"]
+__all__ = ["Outage", "acheck", "check", "is_connection_error", "looks_dead"]
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -1,15 +1,15 @@
 """SQLAlchemy Core metadata of the queue_pg tables, for joins and for Alembic in *your* project.
 
 This mirrors ``sql/schema/*.sql`` (the source of truth: the tables are created by
-``queue_pg.migrate``, never by ``metadata.create_all``). Use it to join messages or history to
-your own tables, e.g. ``select(messages.c.id).where(messages.c.body["order"].astext == ...)``.
+``queue_pg.install.migrate``, never by ``metadata.create_all``). Use it to join messages or history
+to your own tables, e.g. ``select(messages.c.id).where(messages.c.body["order"].astext == ...)``.
 
 Alembic autogenerate in your project must not try to create, alter or drop these tables. In your
 ``env.py`` pass the filters to ``context.configure``::
 
-    import queue_pg.schema
-    context.configure(..., include_object=queue_pg.schema.include_object,
-                      include_name=queue_pg.schema.include_name)
+    import queue_pg.tables
+    context.configure(..., include_object=queue_pg.tables.include_object,
+                      include_name=queue_pg.tables.include_name)
 
 ``include_object`` keeps autogenerate from touching our tables even when your ``target_metadata``
 includes ours; ``include_name`` stops it from reflecting schema ``queue_pg`` at all (with
@@ -100,11 +100,19 @@ queues = Table(
     Column("history_retention", DOUBLE_PRECISION, nullable=False, server_default=text("604800")),
     Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("statement_timestamp()")),
+    Column("lease_policy", Text, nullable=False, server_default=text("'fixed'::text")),
+    Column("auto_tune", Boolean, nullable=False, server_default=text("false")),
+    Column("tune_min", DOUBLE_PRECISION, nullable=False, server_default=text("1")),
+    Column("tune_max", DOUBLE_PRECISION, nullable=True),
+    Column("has_routes", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("id", name="queues_pkey"),
     UniqueConstraint("name", name="queues_name_key"),
     CheckConstraint("name ~ '^[A-Za-z0-9_-]{1,80}$'", name="queues_name_check"),
     CheckConstraint(
         "(dead_letter_queue IS NULL) = (max_receive_count IS NULL)", name="queues_check"
+    ),
+    CheckConstraint(
+        "lease_policy IN ('fixed', 'per_type')", name="queues_lease_policy_check"
     ),
 )
 

@@ -10,7 +10,6 @@ DBA-installed database can be "migrated" by a role that may not replace the func
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -29,18 +28,26 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool, StaticPool
 
 from queue_pg import _resources
+from queue_pg.dsn import libpq_dsn
 
 __all__ = [
     "MIGRATION_LOCK_KEY",
     "SCHEMA",
     "MigrationResult",
     "alembic_config",
+    "api_needed",
+    "apply_api",
+    "checksum_comment_sql",
     "current_revision",
+    "execute_script",
     "head_revision",
     "install_script",
     "libpq_dsn",
     "make_engine",
     "migrate",
+    "prepare",
+    "run_schema_file",
+    "run_sql",
 ]
 
 SCHEMA = "queue_pg"
@@ -66,15 +73,6 @@ class MigrationResult:
     @property
     def upgraded(self) -> bool:
         return self.before != self.after
-
-
-def libpq_dsn(dsn: str) -> str:
-    """Accept SQLAlchemy-style ``postgresql+psycopg://`` URLs too; libpq parses the rest.
-
-    Letting libpq parse the DSN (rather than SQLAlchemy's URL parser) keeps every form psql
-    accepts working: key=value strings, ``?host=/socket/dir``, multiple hosts, odd passwords.
-    """
-    return re.sub(r"^postgres(?:ql)?\+[A-Za-z0-9_]+://", "postgresql://", dsn.strip())
 
 
 def make_engine(dsn: str, **kwargs: Any) -> Engine:

@@ -1,0 +1,355 @@
+"""Scenario "tuning": which visibility timeout set-up serves a mixed queue best.
+
+One workload, replayed against each set-up in a scratch database of its own: messages of a fast
+type and a rare slow type (lognormal processing times, scaled down 10x so a run takes minutes),
+consumers that never heartbeat, and a fixed share of deliveries whose consumer crashes part way
+(it drops the message without deleting it). Every set-up sees the same messages, the same
+processing times and the same crashes (a seeded random draw per message and delivery). The
+advice-based set-ups start from yesterday's history: a day of finished messages drawn from the
+same distributions (another seed, ``history`` of them), written into ``queue_pg.message_history``.
+
+The slow type is rare (0.5%) on purpose: that is the queue where one timeout goes wrong unseen.
+Its p99 sits in the fast type's tail, so 6 x p99 of a sample of the whole queue fits the fast
+work, and the slow jobs (1 in 200) outlast it.
+
+Set-ups:
+
+1. ``sqs-default``: SQS's 30 s default, scaled (3 s);
+2. ``best-fixed``: 6 x p99 of a sample of the whole queue's processing times (a careful human
+   looking at the last ``SAMPLE`` runs of yesterday);
+3. ``auto-tune``: starts at the scaled SQS default with ``auto_tune`` on; a maintenance thread
+   runs ``sweep()`` (whose samples date the stale receipts) and ``tune()`` every second;
+4. ``per-type``: ``lease_policy = 'per_type'``;
+5. ``routing``: a queue per type (``queue_pg.split(apply => true)``), producers unchanged.
+
+Reported per set-up: duplicate deliveries of work that did not crash (a lease lapsed while its
+consumer still worked), mean and p99 seconds from a crash to the message's redelivery, and
+throughput (messages finished per second of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import queue_pg
+from bench import Scenario, db
+from bench.report import DEFAULT_OUT, machine_info, machine_line, markdown_table, write_results
+from queue_pg.install import migrate
+
+__all__ = ["SCENARIO", "Workload", "run", "run_setup"]
+
+RESULT_NAME = "tuning"
+SCALE = 0.1  #: real seconds per workload second: SQS's 30 s default becomes 3 s
+SETUPS = ("sqs-default", "best-fixed", "auto-tune", "per-type", "routing")
+DLQ = "jobs-dlq"
+MAX_RECEIVES = 5
+SAMPLE = 1000  #: runs of yesterday a careful human computes the p99 of
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The messages: their types and processing times, and which deliveries crash."""
+
+    messages: int
+    slow_share: float  #: share of messages of type "slow"
+    fast_median: float  #: seconds (scaled)
+    slow_median: float
+    sigma: float  #: of the lognormal
+    crash_share: float  #: share of deliveries whose consumer crashes
+    consumers: int
+    rate: float  #: messages sent per second
+    history: int  #: finished messages of yesterday the advice starts from
+    seed: int = 1
+
+    def types(self, seed: int | None = None, n: int | None = None) -> list[str]:
+        rng = random.Random(self.seed if seed is None else seed)
+        count = self.messages if n is None else n
+        return ["slow" if rng.random() < self.slow_share else "fast" for _ in range(count)]
+
+    def work(self, type: str, rng: random.Random) -> float:
+        median = self.slow_median if type == "slow" else self.fast_median
+        return rng.lognormvariate(math.log(median), self.sigma)
+
+    def works(self, types: Sequence[str] | None = None, seed: int | None = None) -> list[float]:
+        """Processing time of each message (the same on every delivery)."""
+        rng = random.Random(self.seed + 1 if seed is None else seed)
+        return [self.work(t, rng) for t in (self.types() if types is None else types)]
+
+    def yesterday(self) -> tuple[list[str], list[float]]:
+        """The history the advice starts from: another draw of the same distributions."""
+        types = self.types(self.seed + 2, self.history)
+        return types, self.works(types, self.seed + 3)
+
+    def crashes(self, index: int, delivery: int) -> float | None:
+        """For the delivery-th delivery of message index: the share of its work done when its
+        consumer crashes, or None."""
+        rng = random.Random(self.seed * 1_000_003 + index * 1009 + delivery)
+        return rng.random() if rng.random() < self.crash_share else None
+
+
+@dataclass
+class Outcome:
+    setup: str
+    timeouts: str  #: the lease(s) the set-up gave, for the table
+    messages: int
+    seconds: float
+    duplicates: int  #: deliveries while a live consumer still worked on the message
+    crashes: int
+    dead_lettered: int  #: messages that used up their receives (work lost)
+    recovery: list[float] = field(default_factory=list)  #: crash -> redelivery, seconds
+    timeout_path: list[float] = field(default_factory=list)  #: auto-tune: the timeouts set
+
+    def row(self) -> dict[str, Any]:
+        rec = sorted(self.recovery)
+        return {
+            "setup": self.setup,
+            "timeouts": self.timeouts,
+            "messages": self.messages,
+            "duplicates": self.duplicates,
+            "crashes": self.crashes,
+            "dead_lettered": self.dead_lettered,
+            "recovery_mean_s": statistics.fmean(rec) if rec else None,
+            "recovery_p99_s": _p99(rec) if rec else None,
+            "throughput_per_s": self.messages / self.seconds if self.seconds else None,
+            "seconds": self.seconds,
+            "timeout_path": self.timeout_path,
+        }
+
+
+def _history(conn: Any, queue: str, types: Sequence[str], works: Sequence[float]) -> None:
+    """Yesterday's history of ``queue``: one finished message per (type, processing time)."""
+    conn.execute(
+        "INSERT INTO queue_pg.message_history (queue_id, queue, message_id, outcome, enqueued_at,"
+        " first_received_at, last_received_at, finished_at, receive_count, lease_expiries, type)"
+        " SELECT q.id, q.name, -w.i, 'deleted', f.at - make_interval(secs => w.work + 0.01),"
+        "        f.at - make_interval(secs => w.work), f.at - make_interval(secs => w.work),"
+        "        f.at, 1, 0, w.type"
+        " FROM queue_pg.queues q,"
+        "      unnest(%s::text[], %s::float8[]) WITH ORDINALITY w(type, work, i),"
+        "      LATERAL (SELECT queue_pg.now() - interval '12 hours'"
+        "                      + w.i * interval '1 second') f(at)"
+        " WHERE q.name = %s",
+        [list(types), list(works), queue],
+    )
+
+
+def _p99(values: Sequence[float]) -> float:
+    v = sorted(values)
+    pos = 0.99 * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def _prepare(client: queue_pg.Client, conn: Any, setup: str, w: Workload) -> tuple[list[str], str]:
+    """Make the set-up's queue(s); returns the queues consumers read and a label of the leases."""
+    sqs = 30 * SCALE
+    types, works = w.yesterday()
+    # as SQS users do: a redrive policy, so work that never fits its lease ends in a DLQ
+    client.create_queue(DLQ)
+    client.create_queue("jobs", visibility_timeout=sqs, max_lease=3600, dead_letter_queue=DLQ,
+                        max_receive_count=MAX_RECEIVES)
+    if setup == "sqs-default":
+        return ["jobs"], f"{sqs:g} s"
+    _history(conn, "jobs", types, works)
+    if setup == "best-fixed":
+        sample = works[-SAMPLE:]
+        fixed = max(1.0, math.ceil(6 * _p99(sample)))
+        client.alter_queue("jobs", visibility_timeout=fixed)
+        return ["jobs"], f"{fixed:g} s"
+    if setup == "auto-tune":
+        client.alter_tuning("jobs", auto_tune=True)
+        return ["jobs"], f"from {sqs:g} s"
+    if setup == "per-type":
+        client.alter_tuning("jobs", lease_policy="per_type")
+        leases = {r.type: r.recommended_timeout for r in client.timeout_advice("jobs")
+                  if r.scope == "type"}
+        return ["jobs"], ", ".join(f"{t} {v:g} s" for t, v in sorted(leases.items()))
+    parts = client.split("jobs", apply=True)
+    return ["jobs"] + [p.target for p in parts if p.routed], ", ".join(
+        f"{p.type} {p.visibility_timeout:g} s" for p in parts
+    )
+
+
+def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> Outcome:
+    """One set-up on the database of ``dsn`` (installed, empty)."""
+    types, works = w.types(), w.works()
+    lock = threading.Lock()
+    working: dict[int, int] = {}  #: message index -> live deliveries now
+    crashed_at: dict[int, float] = {}  #: message index -> when its consumer last crashed
+    recovery: list[float] = []
+    duplicates = 0
+    crashes = 0
+    done = threading.Event()
+    finished: set[int] = set()
+    path: list[float] = []
+    with queue_pg.Client(dsn, sweep_interval=None, max_size=w.consumers + 4) as client, \
+            db.connect(dsn) as conn:
+        queues, label = _prepare(client, conn, setup, w)
+        began = time.monotonic()
+
+        def produce() -> None:
+            """At the workload's rate, in batches of 10: a queue that keeps up, so a redelivery
+            waits for its lease, not for a backlog."""
+            for start in range(0, w.messages, 10):
+                due = began + start / w.rate
+                time.sleep(max(0.0, due - time.monotonic()))
+                n = min(10, w.messages - start)
+                client.send_batch("jobs", list(range(start, start + n)),
+                                  attributes=[{"type": t} for t in types[start:start + n]])
+
+        def consume(me: int) -> None:
+            nonlocal duplicates, crashes
+            turn = me
+            while not done.is_set():
+                queue = queues[turn % len(queues)]
+                turn += 1
+                got = client.receive(queue, max_messages=1, wait=0.05)
+                if not got:
+                    continue
+                m = got[0]
+                i = int(m.body)
+                now = time.monotonic()
+                with lock:
+                    if working.get(i):
+                        duplicates += 1
+                    if i in crashed_at:
+                        recovery.append(now - crashed_at.pop(i))
+                    working[i] = working.get(i, 0) + 1
+                share = w.crashes(i, m.receive_count)
+                time.sleep(works[i] * (share if share is not None else 1.0))
+                with lock:
+                    working[i] -= 1
+                    if share is not None:
+                        crashes += 1
+                        crashed_at[i] = time.monotonic()
+                        continue
+                try:
+                    if not client.delete(queue, m.receipt or ""):
+                        continue  # dead-lettered meanwhile: counted as such
+                except queue_pg.StaleReceipt:
+                    continue  # its lease lapsed and another consumer has it: that one finishes
+                with lock:
+                    finished.add(i)
+                    if len(finished) == w.messages:
+                        done.set()
+
+        def maintain() -> None:
+            while not done.wait(1.0):
+                client.sweep()
+                for step in client.tune():
+                    if step.changed:
+                        path.append(step.new_timeout)
+
+        threads = [threading.Thread(target=consume, args=(k,)) for k in range(w.consumers)]
+        threads.append(threading.Thread(target=produce))
+        if setup == "auto-tune":
+            threads.append(threading.Thread(target=maintain))
+        for t in threads:
+            t.start()
+        deadline = began + 300
+        dead = 0
+        while not done.wait(0.5):
+            dead = client.stats(DLQ).visible
+            with lock:
+                if len(finished) + dead >= w.messages:
+                    done.set()
+            if time.monotonic() > deadline:
+                log(f"  {setup}: gave up after 300 s with {len(finished)} finished")
+                done.set()
+        for t in threads:
+            t.join()
+        seconds = time.monotonic() - began
+        if setup == "auto-tune":
+            label += " to " + " -> ".join(f"{x:g}" for x in path) + " s" if path else ""
+    return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery, path)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=6000, help="messages (default 6000)")
+    parser.add_argument("--consumers", type=int, default=12, help="consumer threads (default 12)")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="messages sent per second (default 100, well below what the"
+                        " consumers can finish)")
+    parser.add_argument("--history", type=int, default=20000,
+                        help="yesterday's finished messages the advice starts from (default 20000)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: 80 messages, shorter slow jobs, two set-ups")
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.quick:
+        return Workload(messages=80, slow_share=0.05, fast_median=0.02, slow_median=0.3,
+                        sigma=0.3, crash_share=0.05, consumers=6, rate=40, history=400)
+    return Workload(messages=int(args.messages * args.scale), slow_share=0.005,
+                    fast_median=0.02, slow_median=2.5, sigma=0.4, crash_share=0.05,
+                    consumers=args.consumers, rate=args.rate, history=args.history)
+
+
+def run(args: argparse.Namespace) -> int:
+    w = _workload(args)
+    setups = ("sqs-default", "per-type") if args.quick else SETUPS
+    out = Path(args.out) if args.out else DEFAULT_OUT
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    log(f"tuning: {w.messages} messages ({w.slow_share:.1%} slow), {w.consumers} consumers,"
+        f" {w.crash_share:.0%} of deliveries crash; set-ups: {', '.join(setups)}")
+    rows = []
+    machine: dict[str, Any] = {}
+    for setup in setups:
+        with db.scratch_database(args.dsn, f"{args.database}_tuning", keep=args.keep) as dsn:
+            migrate(dsn)
+            if not machine:
+                with db.connect(dsn) as conn:
+                    machine = machine_info(conn)
+            outcome = run_setup(dsn, setup, w, log)
+        row = outcome.row()
+        rows.append(row)
+        log(f"  {setup}: {row}")
+    table = markdown_table(
+        ["set-up", "timeout(s)", "duplicates", "dead-lettered", "crashes",
+         "crash to redelivery mean s", "p99 s", "throughput msg/s"],
+        [[r["setup"], r["timeouts"], r["duplicates"], r["dead_lettered"], r["crashes"],
+          _fmt(r["recovery_mean_s"]), _fmt(r["recovery_p99_s"]), _fmt(r["throughput_per_s"])]
+         for r in rows],
+        "llrrrrrr",
+    )
+    md = (f"# Visibility timeout set-ups on one mixed queue\n\n"
+          f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
+          f"{machine_line(machine)}\n\n"
+          f"{w.messages} messages, {w.slow_share:.1%} of type slow (lognormal median "
+          f"{w.slow_median:g} s) and the rest fast (median {w.fast_median:g} s), sigma {w.sigma:g};"
+          f" sent at {w.rate:g} per second; {w.consumers} consumers that never heartbeat;"
+          f" {w.crash_share:.0%} of deliveries crash part way; max_receive_count {MAX_RECEIVES}"
+          f" with a dead-letter queue; {sum(t == 'slow' for t in w.types())} slow messages in"
+          f" the run. The advice starts from {w.history} finished messages of yesterday (the same"
+          f" distributions, another draw); best-fixed is 6 x p99 of the last {SAMPLE} of them."
+          f"\n\n{table}\n")
+    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows}, md)
+    log(md)
+    return 0
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+SCENARIO = Scenario(
+    name="tuning",
+    help="visibility timeouts on a mixed queue: SQS default, best fixed, auto-tune, per type,"
+    " routing",
+    add_arguments=add_arguments,
+    run=run,
+)

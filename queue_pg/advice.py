@@ -1,0 +1,349 @@
+"""The queue's own figures and advice, and the settings that act on them: typed rows and the
+statements that read them (``Call`` builders, run by both clients like those of ``_ops``).
+
+The figures and the advice are computed in SQL (sql/api/55_monitoring.sql and 56_tuning.sql);
+this module only names them and decodes their rows, by column name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, TypeVar
+
+from queue_pg._ops import Call, Columns, Rows
+from queue_pg.types import QueueStats
+
+__all__ = [
+    "DeadLetter",
+    "InFlight",
+    "ProcessingTimes",
+    "QueueHealth",
+    "Route",
+    "SplitPart",
+    "TimeoutAdvice",
+    "TuningChange",
+    "TuningSettings",
+    "TuningStep",
+    "add_route",
+    "alter_tuning",
+    "dead_letters",
+    "drop_route",
+    "in_flight",
+    "list_routes",
+    "processing_times",
+    "queue_health",
+    "split",
+    "timeout_advice",
+    "tune",
+    "tuning_log",
+]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHealth(QueueStats):
+    """A whole row of ``queue_pg.queue_stats``: the counts of :class:`QueueStats` (exact up to
+    1,000 per state, else the latest sample's: ``approximate``), flow counters since the queue
+    was made, and the flows over the last minute and hour (None until sweep has taken a sample
+    that old). Flow counters are approximate: an operation that is rolled back stays counted."""
+
+    sent: int
+    received: int
+    deleted: int
+    sent_1m: int | None
+    received_1m: int | None
+    deleted_1m: int | None
+    lease_expiries_1m: int | None
+    stale_receipts_1m: int | None
+    sent_1h: int | None
+    received_1h: int | None
+    deleted_1h: int | None
+    lease_expiries_1h: int | None
+    stale_receipts_1h: int | None
+    approximate: bool
+    sampled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A leased message (``queue_pg.in_flight_messages``): no body."""
+
+    queue: str
+    id: int
+    type: str | None
+    receive_count: int
+    leased_at: datetime
+    visible_until: datetime
+    lease_expiries: int
+    enqueued_at: datetime
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message of a dead-letter queue (``queue_pg.dead_letters``): no body."""
+
+    dead_letter_queue: str
+    id: int
+    source_queue: str | None
+    type: str | None
+    receive_count: int
+    lease_expiries: int
+    reason: str | None
+    last_error: str | None
+    enqueued_at: datetime
+
+
+@dataclass(frozen=True)
+class ProcessingTimes:
+    """Seconds from the final receive to the delete (``samples``, p50...max) and from the send
+    to the first receive (``wait_*``) of the messages finished in a window; ``scope`` 'queue'
+    (every type) or 'type'."""
+
+    queue: str
+    scope: str
+    type: str | None
+    messages: int
+    samples: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+    wait_samples: int
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_p99: float | None
+    wait_max: float | None
+
+
+@dataclass(frozen=True)
+class TimeoutAdvice:
+    """A row of ``queue_pg.timeout_advice``: the current timeout beside the recommended one and
+    the evidence (see docs/timeouts.md for the exact definition)."""
+
+    queue: str
+    scope: str
+    type: str | None
+    current_timeout: float
+    recommended_timeout: float | None
+    heartbeat_interval: float | None
+    samples: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+    expiry_rate: float | None
+    dead_letter_rate: float
+    redeliveries: int
+    stale_receipts: int
+    confidence: str
+    split_advised: bool
+    p99_spread: float | None
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """A queue's tuning settings (the queue row's columns of that name)."""
+
+    name: str
+    visibility_timeout: float
+    max_lease: float
+    lease_policy: str
+    auto_tune: bool
+    tune_min: float
+    tune_max: float | None
+
+
+@dataclass(frozen=True)
+class TuningStep:
+    """What one tuning step saw and did on a queue."""
+
+    queue: str
+    old_timeout: float
+    new_timeout: float
+    advice: float | None
+    samples: int
+    changed: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class TuningChange:
+    """A row of ``queue_pg.tuning_log``: a change the tuner made."""
+
+    at: datetime
+    queue: str
+    old_timeout: float
+    new_timeout: float
+    advice: float
+    samples: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """Sends to ``queue`` whose attribute ``type`` is ``type`` land in ``target``."""
+
+    queue: str
+    type: str
+    target: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """A type a split gives a queue of its own: ``target``, with the type's timeout."""
+
+    type: str
+    target: str
+    visibility_timeout: float
+    advised: bool
+    routed: bool
+
+
+def _rows(cls: type[R]) -> Callable[[Columns, Rows], list[R]]:
+    """Rows to ``cls`` by column name (a newer schema may add columns: they are ignored)."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+
+    def decode(columns: Columns, rows: Rows) -> list[R]:
+        index = [columns.index(n) for n in names]
+        return [cls(*[row[i] for i in index]) for row in rows]
+
+    return decode
+
+
+def _first(cls: type[R]) -> Callable[[Columns, Rows], R]:
+    many = _rows(cls)
+    return lambda columns, rows: many(columns, rows)[0]
+
+
+def _bool(columns: Columns, rows: Rows) -> bool:
+    return bool(rows[0][0])
+
+
+def _where_queue(queue: str | None, column: str = "queue") -> str:
+    return "" if queue is None else f" where {column} = %(queue)s"
+
+
+def queue_health(queue: str | None = None) -> Call[list[QueueHealth]]:
+    """``queue_stats`` of one queue (raises QueueNotFound) or of every queue the caller sees."""
+    if queue is None:
+        return Call("select * from queue_pg.queue_stats", {}, _rows(QueueHealth))
+    return Call("select * from queue_pg.stats(%(queue)s)", {"queue": queue}, _rows(QueueHealth))
+
+
+def in_flight(queue: str | None = None) -> Call[list[InFlight]]:
+    return Call(
+        "select * from queue_pg.in_flight_messages" + _where_queue(queue),
+        {"queue": queue},
+        _rows(InFlight),
+    )
+
+
+def dead_letters(dlq: str | None = None) -> Call[list[DeadLetter]]:
+    return Call(
+        "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue"),
+        {"queue": dlq},
+        _rows(DeadLetter),
+    )
+
+
+def _window(
+    name: str, queue: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The view (the last 24 hours) or the function over [since, until)."""
+    if since is None and until is None:
+        source = f"queue_pg.{name}"
+    else:
+        source = (
+            f"queue_pg.{name}("
+            "coalesce(%(since)s::timestamptz, queue_pg.now() - interval '24 hours'),"
+            " coalesce(%(until)s::timestamptz, queue_pg.now()))"
+        )
+    return f"select * from {source}" + _where_queue(queue), {
+        "queue": queue, "since": since, "until": until
+    }
+
+
+def processing_times(
+    queue: str | None = None, since: datetime | None = None, until: datetime | None = None
+) -> Call[list[ProcessingTimes]]:
+    query, params = _window("processing_times", queue, since, until)
+    return Call(query, params, _rows(ProcessingTimes))
+
+
+def timeout_advice(
+    queue: str | None = None, since: datetime | None = None, until: datetime | None = None
+) -> Call[list[TimeoutAdvice]]:
+    query, params = _window("timeout_advice", queue, since, until)
+    return Call(query, params, _rows(TimeoutAdvice))
+
+
+def alter_tuning(
+    queue: str,
+    *,
+    lease_policy: str | None = None,
+    auto_tune: bool | None = None,
+    tune_min: float | None = None,
+    tune_max: float | None = None,
+    clear: Sequence[str] = (),
+) -> Call[TuningSettings]:
+    return Call(
+        "select * from queue_pg.alter_tuning(%(queue)s, lease_policy => %(lease_policy)s::text,"
+        " auto_tune => %(auto_tune)s::boolean, tune_min => %(tune_min)s::float8,"
+        " tune_max => %(tune_max)s::float8, clear => %(clear)s::text[])",
+        {
+            "queue": queue, "lease_policy": lease_policy, "auto_tune": auto_tune,
+            "tune_min": tune_min, "tune_max": tune_max, "clear": list(clear) or None,
+        },
+        _first(TuningSettings),
+    )
+
+
+def tune(queue: str | None = None, *, apply: bool = True) -> Call[list[TuningStep]]:
+    """One tuning step of ``queue`` (None: of each auto_tune queue the caller manages)."""
+    return Call(
+        "select * from queue_pg.tune(%(queue)s::text, apply => %(apply)s::boolean)",
+        {"queue": queue, "apply": apply},
+        _rows(TuningStep),
+    )
+
+
+def tuning_log(queue: str | None = None) -> Call[list[TuningChange]]:
+    return Call(
+        "select * from queue_pg.tuning_log" + _where_queue(queue), {"queue": queue},
+        _rows(TuningChange),
+    )
+
+
+def add_route(queue: str, type: str, target: str) -> Call[bool]:
+    return Call(
+        "select queue_pg.add_route(%(queue)s, %(type)s, %(target)s) as result",
+        {"queue": queue, "type": type, "target": target},
+        _bool,
+    )
+
+
+def drop_route(queue: str, type: str) -> Call[bool]:
+    return Call(
+        "select queue_pg.drop_route(%(queue)s, %(type)s) as result",
+        {"queue": queue, "type": type},
+        _bool,
+    )
+
+
+def list_routes(queue: str | None = None) -> Call[list[Route]]:
+    return Call(
+        "select * from queue_pg.list_routes(%(queue)s::text)", {"queue": queue}, _rows(Route)
+    )
+
+
+def split(queue: str, *, apply: bool = False) -> Call[list[SplitPart]]:
+    """The split of ``queue`` by type the advice calls for; ``apply`` creates queues and routes."""
+    return Call(
+        "select * from queue_pg.split(%(queue)s, apply => %(apply)s::boolean)",
+        {"queue": queue, "apply": apply},
+        _rows(SplitPart),
+    )

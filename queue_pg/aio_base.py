@@ -1,0 +1,417 @@
+"""The asyncio client's connections: its pool, transactions, LISTEN and the long poll, sweeps.
+
+The source of :mod:`queue_pg.client_base` (see :mod:`queue_pg.aio` and tools/unasync.py).
+"""
+
+from __future__ import annotations
+
+import asyncio  # async-only
+import inspect  # async-only
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from time import monotonic
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from queue_pg import _ops, decode, outage  # async-only
+
+# sync: from queue_pg import _ops, _sqla, decode, outage
+from queue_pg._ops import Call
+from queue_pg.dsn import merge_conninfo, safe_dsn
+from queue_pg.errors import InvalidParameter, translate, translating
+from queue_pg.longpoll import LongPoll
+from queue_pg.types import (
+    Message,
+    Seconds,
+    seconds,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from queue_pg.install import MigrationResult
+
+__all__ = ["AsyncClientBase", "AsyncConnection", "execute"]
+
+logger = logging.getLogger("queue_pg")
+
+T = TypeVar("T")
+AsyncConnection = psycopg.AsyncConnection[Any]
+
+_SOURCES = "a DSN, a psycopg_pool.AsyncConnectionPool or None"  # async-only
+# sync: _SOURCES = "a DSN, a psycopg_pool.ConnectionPool, a SQLAlchemy Engine or None"
+
+
+async def execute(conn: AsyncConnection, call: Call[T]) -> T:
+    """Run one Call on ``conn`` and decode its rows (no commit, no error translation)."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(call.query, call.params or None)
+        columns = decode.columns(cur.pgresult)
+        rows = await cur.fetchall() if columns is not None else []
+    return call.decode(columns or (), rows)
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    """Each new connection of the client's own pool: the faster jsonb loader (see decode)."""
+    decode.fast_jsonb(conn.adapters)
+
+
+@asynccontextmanager
+async def _contained(conn: AsyncConnection, *, own: bool) -> AsyncIterator[None]:
+    """Run a block so that an error in it leaves ``conn``'s transaction as it found it.
+
+    Needed where an error is expected and handled (OverLimit during a long poll, a failed
+    sweep) and the connection is used again afterwards. On the client's own connection each block
+    is its own transaction. On the caller's connection the block becomes a savepoint inside the
+    caller's transaction, and nothing is ever committed.
+    """
+    if own:
+        try:
+            yield
+        except BaseException:
+            if not conn.autocommit and not conn.closed:
+                await conn.rollback()
+            raise
+        if not conn.autocommit:
+            await conn.commit()
+        return
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
+        async with conn.transaction():  # a savepoint: psycopg nests inside the open transaction
+            yield
+    elif status == TransactionStatus.IDLE and not conn.autocommit:
+        # The statement starts the caller's transaction; if it fails, nothing else is in it.
+        try:
+            yield
+        except BaseException:
+            if not conn.closed:
+                await conn.rollback()
+            raise
+    else:
+        yield
+
+
+async def _resolve(value: Any) -> Any:
+    """A pool's conninfo / kwargs: a value, or a callable returning it."""
+    if callable(value):
+        value = value()
+        if inspect.isawaitable(value):  # async-only
+            value = await value  # async-only
+    return value
+
+
+class AsyncClientBase:
+    """What both clients do besides calling SQL: own or borrow connections, keep their
+    transactions whole, long-poll on LISTEN, sweep now and then, notice a lost server."""
+
+    def __init__(
+        self,
+        source: str | AsyncConnectionPool[Any] | None = None,  # async-only
+        # sync: source: str | ConnectionPool[Any] | _sqla.Engine | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        sweep_interval: float | None = 60.0,
+    ) -> None:
+        self._pool: AsyncConnectionPool[Any] | None = None
+        # sync: self._engine: _sqla.Engine | None = None
+        self._dsn: str | None = None
+        self._owns_pool = False
+        self._opened = False
+        self._open_lock = asyncio.Lock()  # async-only
+        # sync: self._open_lock = threading.Lock()
+        self._min_size = min_size
+        self._max_size = max_size
+        # warns once when the server is lost, informs when it is back (see queue_pg.outage)
+        self._outage = outage.Outage(logging.getLogger("queue_pg.client"), "queue_pg client")
+        if isinstance(source, AsyncConnectionPool):
+            self._pool = source
+            self._opened = True
+        # sync: elif _sqla.is_engine(source):
+        # sync:     self._engine = source
+        # sync:     self._opened = True
+        elif source is None or isinstance(source, str):
+            self._dsn = source
+        else:
+            raise TypeError(f"{type(self).__name__} source must be {_SOURCES},"
+                            f" not {type(source).__name__}")
+        self._sweep_interval = sweep_interval
+        self._woken: dict[str, float] = {}  # queue -> when its last NOTIFY arrived
+        # own pooled connection -> the channel it still LISTENs on (see _listen)
+        self._listening: weakref.WeakKeyDictionary[AsyncConnection, str] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._next_sweep = monotonic()
+        self._sweep_lock = threading.Lock()
+        # sync: self._ensure_open()  # a wrong DSN fails here, with libpq's own message
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        source: str | AsyncConnectionPool[Any] | None = None,  # async-only
+        # sync: source: str | ConnectionPool[Any] | _sqla.Engine | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        sweep_interval: float | None = 60.0,
+    ) -> Self:
+        """Create a client and open its pool (the async client cannot in its constructor)."""
+        client = cls(source, min_size=min_size, max_size=max_size, sweep_interval=sweep_interval)
+        await client._ensure_open()
+        return client
+
+    async def _ensure_open(self) -> None:
+        """Open the client's own pool unless it is open (or borrowed)."""
+        if self._opened:
+            return
+        async with self._open_lock:
+            if self._pool is None:
+                dsn = self._dsn
+                if dsn is None:
+                    from queue_pg.embedded import resolve_dsn
+
+                    # may start the embedded server: keep the event loop free meanwhile
+                    resolved, origin = await asyncio.to_thread(resolve_dsn, None)  # async-only
+                    # sync: resolved, origin = resolve_dsn(None)
+                    logger.info("queue_pg: using %s (%s)", safe_dsn(resolved), origin)
+                    self._dsn = dsn = resolved
+                # One direct connection first: a wrong DSN fails now with libpq's own message,
+                # instead of a pool retrying in the background until a PoolTimeout says nothing.
+                with translating():
+                    await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+                pool = AsyncConnectionPool(
+                    dsn,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    kwargs={"autocommit": True},
+                    open=False,
+                    name="queue_pg",
+                    check=self._check_lent,
+                    configure=_configure,
+                )
+                await pool.open()
+                self._pool = pool
+                self._owns_pool = True
+            self._opened = True
+
+    async def close(self) -> None:
+        """Close the pool if the client opened it; a borrowed pool or engine stays open."""
+        if self._owns_pool and self._pool is not None:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _check_lent(self, conn: AsyncConnection) -> None:
+        """The pool's check of a connection it lends: a dead one (server restarted) is
+        replaced, and the pool reconnects with backoff; costs a poll() when alive. A connection
+        still listening (see _listen) first drops the notifications it has read or been sent,
+        so they neither pile up nor make it look dead."""
+        try:
+            if conn in self._listening:
+                async for _ in conn.notifies(timeout=0):
+                    pass
+            await outage.acheck(conn)
+        except Exception as exc:
+            self._outage.failed(exc)
+            raise
+
+    @contextmanager
+    def _watching(self) -> Iterator[None]:
+        """Translate errors; note a lost server (warning) and its return (info)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if outage.is_connection_error(exc):
+                self._outage.failed(exc)
+            translate(exc)
+        except RecursionError as exc:  # json.dumps of a value nested past Python's recursion
+            raise InvalidParameter(f"a JSON value is nested too deep to encode: {exc}") from exc
+        self._outage.recovered()
+
+    async def _conninfo(self) -> str:
+        """A libpq DSN (with password) for the pool's server."""
+        await self._ensure_open()
+        if self._dsn is not None:
+            return self._dsn
+        assert self._pool is not None
+        pool = self._pool  # conninfo and kwargs may be given as callables
+        return merge_conninfo(await _resolve(pool.conninfo), await _resolve(pool.kwargs))
+
+    async def migrate(self) -> MigrationResult:
+        """Upgrade the queue_pg schema to head (Alembic, version table in schema queue_pg).
+
+        Safe on every start and from many processes: migrations serialise on an advisory lock.
+        The async client runs the migrator in a thread.
+        """
+        from queue_pg.install import migrate
+
+        # sync: if self._engine is not None:
+        # sync:     return migrate(self._engine)
+        conninfo = await self._conninfo()
+        return await asyncio.to_thread(migrate, conninfo)  # async-only
+        # sync: return migrate(conninfo)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of the client's own; committed on success, rolled back on error."""
+        # sync: if self._engine is not None:
+        # sync:     with _sqla.engine_connection(self._engine) as conn:
+        # sync:         yield conn
+        # sync:     return
+        await self._ensure_open()
+        assert self._pool is not None
+        async with self._pool.connection() as conn:
+            yield conn
+
+    async def _run(self, call: Call[T], conn: AsyncConnection | None) -> T:
+        """One statement: on the caller's connection as is, else on a borrowed one."""
+        with self._watching():
+            if conn is not None:
+                return await execute(conn, call)
+            async with self._borrow() as own:
+                return await execute(own, call)
+
+    # --- receiving ----------------------------------------------------------------------------
+
+    async def _receive(
+        self,
+        conn: AsyncConnection,
+        own: AsyncConnection | None,
+        queue: str,
+        wait: Seconds | None,
+        call: Call[list[Message]],
+        again: Callable[[], Call[list[Message]]],
+    ) -> list[Message]:
+        """Receive on ``conn``; ``own`` is conn when it is the client's (else the caller's)."""
+        start = monotonic()
+        is_own = own is not None
+
+        async def attempt() -> list[Message]:
+            if not is_own:
+                return await execute(conn, call)  # the caller's transaction: never commit it
+            async with _contained(conn, own=True):
+                return await execute(conn, call)
+
+        first = await attempt()
+        if first or (wait is not None and seconds(wait) <= 0):
+            return first
+        if call.params["delete"] is not None:
+            call = again()
+        if wait is not None:
+            timeout = seconds(wait)
+        else:
+            async with _contained(conn, own=is_own):
+                timeout = (await execute(conn, _ops.get_queue(queue))).receive_wait
+        if timeout <= 0:
+            return first
+
+        async with self._listener(own) as listener:
+            channel = await self._run(_ops.channel(queue), listener)
+            keep = self._owns_pool  # a caller's pool or engine gets its connections back clean
+            try:
+                await self._listen(listener, channel, keep)
+                poll = LongPoll(start, timeout, self._woken.get(queue))
+                while True:
+                    result = await attempt()
+                    if result:
+                        return result
+                    wake = poll.fruitless(monotonic())
+                    if wake is None:
+                        return []
+                    notified = None
+                    async for _ in listener.notifies(timeout=wake, stop_after=1):
+                        notified = self._woken[queue] = monotonic()
+                    if notified is not None:
+                        hold = poll.notified(notified)
+                        if hold > 0:  # after a NOTIFY for nothing: one look for all that follow
+                            async for _ in listener.notifies(timeout=hold):
+                                pass
+            finally:
+                if not keep:
+                    await self._unlisten(listener, channel)
+
+    @asynccontextmanager
+    async def _listener(self, own: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """The connection to LISTEN on: the one already borrowed, or (for a caller's
+        connection, whose transaction would hold notifications back) a borrowed one."""
+        if own is not None:
+            yield own
+        else:
+            async with self._borrow() as conn:
+                yield conn
+
+    async def _listen(self, listener: AsyncConnection, channel: str, keep: bool) -> None:
+        """LISTEN on ``channel``. ``keep``: the connection is the client's own and stays
+        listening after the poll, so the next poll on it skips the LISTEN and the woken poll
+        returns without an UNLISTEN round trip on its way (the lend check drops what arrives
+        meanwhile). A kept connection listens on one channel at a time."""
+        if keep and self._listening.get(listener) == channel:
+            # Announced before the attempt that follows, which will see those messages.
+            async for _ in listener.notifies(timeout=0):
+                pass
+            return
+        old = self._listening.pop(listener, None)
+        if old is not None:
+            await execute(listener, _ops.unlisten(old))
+        await execute(listener, _ops.listen(channel))
+        if not listener.autocommit:
+            await listener.commit()  # LISTEN takes effect at commit
+        if keep:
+            self._listening[listener] = channel
+
+    @staticmethod
+    async def _unlisten(listener: AsyncConnection, channel: str) -> None:
+        """UNLISTEN and drop queued notifications, so the pooled connection goes back clean."""
+        if listener.closed or listener.info.transaction_status not in (
+            TransactionStatus.IDLE,
+            TransactionStatus.INTRANS,
+        ):
+            return  # broken or mid-error: the pool discards or resets it
+        try:
+            async with _contained(listener, own=True):
+                await execute(listener, _ops.unlisten(channel))
+            async for _ in listener.notifies(timeout=0):
+                pass
+        except psycopg.Error:
+            logger.debug("queue_pg: UNLISTEN %s failed", channel, exc_info=True)
+
+    async def _maybe_sweep(self, own: AsyncConnection | None) -> None:
+        """Sweep expired messages if sweep_interval has passed; log, never raise, on failure.
+
+        Runs on the client's connection (``own``, or a borrowed one): never inside a caller's
+        transaction, which a failed sweep would abort.
+        """
+        if self._sweep_interval is None:
+            return
+        now = monotonic()
+        with self._sweep_lock:
+            if now < self._next_sweep:
+                return
+            self._next_sweep = now + self._sweep_interval
+        try:
+            if own is not None:
+                async with _contained(own, own=True):
+                    n = await execute(own, _ops.sweep())
+            else:
+                async with self._borrow() as conn:
+                    n = await execute(conn, _ops.sweep())
+            if n:
+                logger.debug("queue_pg: sweep removed %d expired messages", n)
+        except Exception:
+            logger.warning("queue_pg: periodic sweep failed", exc_info=True)

@@ -1,0 +1,164 @@
+"""The asyncio worker: ``concurrency`` handler tasks on an :class:`queue_pg.AsyncClient`.
+
+Everything but the tasks (what to receive, how to settle, how a heartbeat ends) is shared with
+the threaded :class:`queue_pg.Worker`: see :mod:`queue_pg.settle` and :mod:`queue_pg.worker_loop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
+
+from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
+from queue_pg.plans import Outcome, Plan
+from queue_pg.settle import Beat, beat, settle
+from queue_pg.types import Message
+from queue_pg.worker_loop import STOP_SIGNALS, WorkerBase, per_queue, resolve_task
+
+if TYPE_CHECKING:
+    from queue_pg.aio import AsyncClient
+
+__all__ = ["AsyncHandler", "AsyncWorker", "run_plan"]
+
+logger = logging.getLogger("queue_pg.worker")
+
+R = TypeVar("R")
+AsyncHandler = Callable[[AsyncJob], Awaitable[object]]
+
+
+async def run_plan(client: AsyncClient, plan: Plan[R]) -> R:
+    """Await a plan's client calls in turn; its result."""
+    outcome: Outcome[R] = Outcome()
+    while (call := outcome.next(plan)) is not None:
+        outcome = await Outcome.of_async(partial(call, client))
+    return outcome.value
+
+
+class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
+    """The asyncio twin of :class:`queue_pg.Worker`: ``concurrency`` handler tasks.
+
+    Handlers are ``async def handler(job)``; a registry's async tasks are awaited and its plain
+    functions run in a thread. A task's ``timeout`` cancels it for real here. Same options as
+    :class:`queue_pg.Worker` (``concurrency`` None: 10 tasks); ``await worker.run()``.
+    """
+
+    default_concurrency = 10
+
+    def _setup(self) -> None:
+        self._running: dict[asyncio.Task[None], AsyncJob] = {}
+        self._wake: asyncio.Event | None = None
+
+    def stop(self) -> None:
+        """Stop receiving; :meth:`run` returns after the graceful stop. Call it in the loop."""
+        self._stop_requested = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_signal(self, signum: int) -> None:
+        if self._stop_requested:
+            os.write(2, b"queue_pg worker: second signal, exiting now\n")
+            os._exit(128 + signum)
+        logger.info("%s: stopping", signal.Signals(signum).name)
+        self.stop()
+
+    async def run(self, *, signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
+        """Receive and handle until :meth:`stop` or one of ``signals`` (main thread only)."""
+        await run_plan(self.client, self._rounds.leases())
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+        logger.info("ready: %s; %d task(s), lease %s", ", ".join(self.settings.queues),
+                    self.settings.concurrency, per_queue(self.settings.leases))
+        try:
+            try:
+                await self._loop()
+            finally:
+                await self._drain()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        logger.info("stopped: %s", self.stats.line())
+
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        while not self._stop_requested:
+            free = self.settings.concurrency - len(self._running)
+            if free <= 0:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            pause = await run_plan(self.client, self._rounds.round(
+                free, lambda: self._stop_requested, self._start))
+            if pause:
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), pause)
+
+    def _start(self, message: Message) -> None:
+        job = AsyncJob(self.client, message, self.settings.leases[message.queue])
+        task = asyncio.create_task(self._handle(job), name=f"queue_pg-job-{message.id}")
+        self._running[task] = job
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._running.pop(t, None)
+            if self._wake is not None:
+                self._wake.set()
+
+        task.add_done_callback(done)
+
+    async def _handle(self, job: AsyncJob) -> None:
+        job_var.set(job)  # this task's own context
+        ended = asyncio.Event()
+        beating = asyncio.create_task(self._heartbeat(job, ended))
+        exc: BaseException | None = None
+        try:
+            task, args, kwargs = resolve_task(self._registry, job)
+            if task is not None:
+                await asyncio.wait_for(task.run_async(job, args, kwargs), task.timeout)
+            else:
+                assert self._handler is not None
+                await self._handler(job)
+        except asyncio.TimeoutError as e:
+            job.cancel(TIMEOUT)
+            exc = e
+        except asyncio.CancelledError as e:  # cancelled by the end of the grace period
+            job.cancel(SHUTDOWN)
+            exc = LeaseLost(f"message {job.id}: {SHUTDOWN}")
+            exc.__cause__ = e
+        except Exception as e:
+            exc = e
+        ended.set()  # a beat in progress completes first: the settle below has the last word
+        await beating
+        plan = settle(job, exc, self.settings.backoff_for(job))
+        self.stats.add(await run_plan(self.client, plan))
+
+    async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event) -> None:
+        interval = self.settings.interval(job.queue)
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), interval)
+            if ended.is_set() or await run_plan(self.client, beat(job)) is Beat.ENDED:
+                return
+
+    async def _drain(self) -> None:
+        tasks = list(self._running)
+        if tasks:
+            logger.info("waiting up to %.3gs for %d running job(s)",
+                        self.settings.grace_period, len(tasks))
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.grace_period)
+            for t in pending:  # asyncio can cancel: the job releases its message (SHUTDOWN)
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending)

@@ -1,0 +1,176 @@
+"""How queues, stats and messages look on a terminal: rich tables and compact values, shared by
+the ``queue-pg`` commands and ``queue-pg demo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from queue_pg.types import Message, QueueConfig, QueueStats
+
+__all__ = [
+    "NEVER",
+    "err",
+    "fmt_age",
+    "fmt_json",
+    "fmt_seconds",
+    "fmt_time",
+    "message_json",
+    "message_table",
+    "out",
+    "queue_table",
+    "settings_rows",
+    "settings_table",
+    "stats_table",
+]
+
+#: How a NULL ``message_ttl`` (no expiry) is written, on screen and on the command line.
+NEVER = "never"
+
+
+def out() -> Console:
+    """stdout; when it is not a terminal, wide enough that tables are not squeezed to 80."""
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(highlight=False, width=wide)
+
+
+def err() -> Console:
+    """stderr, for what is said about a command rather than its output."""
+    return Console(stderr=True, highlight=False)
+
+
+def fmt_seconds(value: float | None, none: str = "-") -> str:
+    """3600 -> '1h', 90 -> '1m30s', 0.25 -> '0.25s', None -> ``none``."""
+    if value is None:
+        return none
+    if value < 60 or value != int(value):
+        return f"{value:g}s"
+    rest, parts = int(value), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
+
+
+def fmt_age(value: float | None) -> str:
+    """An age: 3.33s, 2m9s."""
+    if value is None or value >= 60:
+        return fmt_seconds(value if value is None else round(value))
+    return f"{value:.3g}s"
+
+
+def fmt_json(value: object) -> str:
+    """JSON as typed at a shell: no ASCII escapes; datetimes as text."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def fmt_time(value: datetime | None) -> str:
+    """Local time to the millisecond."""
+    return "-" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
+    """Each setting of ``q`` by name, as shown."""
+    return [
+        ("visibility_timeout", fmt_seconds(q.visibility_timeout)),
+        ("message_ttl", fmt_seconds(q.message_ttl, NEVER)),
+        ("delay", fmt_seconds(q.delay)),
+        ("max_message_size", str(q.max_message_size)),
+        ("receive_wait", fmt_seconds(q.receive_wait)),
+        ("max_lease", fmt_seconds(q.max_lease)),
+        ("dead_letter_queue", q.dead_letter_queue or "-"),
+        ("max_receive_count", "-" if q.max_receive_count is None else str(q.max_receive_count)),
+        ("in_flight_limit", "-" if q.in_flight_limit is None else str(q.in_flight_limit)),
+        ("history", "on" if q.history else "off"),
+        ("history_retention", fmt_seconds(q.history_retention)),
+    ]
+
+
+def settings_table(q: QueueConfig) -> Table:
+    """One queue's settings, one per line."""
+    table = Table(title=f"queue {q.name}", title_justify="left")
+    table.add_column("setting")
+    table.add_column("value")
+    for name, value in settings_rows(q):
+        table.add_row(name, escape(value))
+    return table
+
+
+def queue_table(queues: Sequence[QueueConfig]) -> Table:
+    """Every queue (at least one) with every setting."""
+    short = {
+        "visibility_timeout": "visibility\ntimeout",
+        "message_ttl": "message\nttl",
+        "max_message_size": "max\nmessage size",
+        "receive_wait": "receive\nwait",
+        "max_lease": "max\nlease",
+        "dead_letter_queue": "dead letter\nqueue",
+        "max_receive_count": "max receive\ncount",
+        "in_flight_limit": "in-flight\nlimit",
+        "history_retention": "history\nretention",
+    }
+    table = Table()
+    table.add_column("queue", no_wrap=True)
+    for name, _ in settings_rows(queues[0]):
+        table.add_column(short.get(name, name), justify="right")
+    for q in queues:
+        table.add_row(escape(q.name), *(escape(v) for _, v in settings_rows(q)))
+    return table
+
+
+def stats_table(rows: Iterable[QueueStats], title: str | None = None) -> Table:
+    """One line of counts per queue."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("queue", no_wrap=True)
+    for header in ("visible", "in flight", "delayed", "dead-\nlettered", "oldest\nvisible",
+                   "stale\nreceipts", "lease\nexpiries"):
+        table.add_column(header, justify="right")
+    for s in rows:
+        table.add_row(
+            escape(s.queue), str(s.visible), str(s.in_flight), str(s.delayed),
+            str(s.dead_lettered), fmt_age(s.oldest_visible_age), str(s.stale_receipts),
+            str(s.lease_expiries),
+        )
+    return table
+
+
+def message_table(messages: Sequence[Message], *, receipts: bool) -> Table:
+    """Received messages (with receipt and lease end) or peeked ones (with enqueue time)."""
+    table = Table()
+    table.add_column("id", justify="right", no_wrap=True)
+    if receipts:
+        width = max(len(m.receipt or "") for m in messages)
+        table.add_column("receipt", no_wrap=True, min_width=width)
+    table.add_column("receive count", justify="right")
+    table.add_column("enqueued at" if not receipts else "lease until", no_wrap=True)
+    table.add_column("attributes", overflow="fold")
+    table.add_column("body", overflow="fold")
+    for m in messages:
+        cells = [str(m.id)]
+        if receipts:
+            cells.append(m.receipt or "")
+        cells += [
+            str(m.receive_count),
+            fmt_time(m.visible_until if receipts else m.enqueued_at),
+            escape(fmt_json(m.attributes)) if m.attributes else "",
+            escape(fmt_json(m.body)),
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def message_json(m: Message) -> str:
+    """One message as one JSON line, for scripts."""
+    return fmt_json({
+        "id": m.id, "queue": m.queue, "receipt": m.receipt, "receive_count": m.receive_count,
+        "body": m.body, "attributes": m.attributes, "enqueued_at": m.enqueued_at,
+        "visible_until": m.visible_until, "expires_at": m.expires_at,
+    })

@@ -1,0 +1,37 @@
+"""Connection strings: how queue_pg reads, merges and prints them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+
+__all__ = ["libpq_dsn", "merge_conninfo", "safe_dsn"]
+
+
+def libpq_dsn(dsn: str) -> str:
+    """Accept SQLAlchemy-style ``postgresql+psycopg://`` URLs too; libpq parses the rest.
+
+    Letting libpq parse the DSN (rather than SQLAlchemy's URL parser) keeps every form psql
+    accepts working: key=value strings, ``?host=/socket/dir``, multiple hosts, odd passwords.
+    """
+    return re.sub(r"^postgres(?:ql)?\+[A-Za-z0-9_]+://", "postgresql://", dsn.strip())
+
+
+def merge_conninfo(conninfo: str, kwargs: Mapping[str, Any] | None) -> str:
+    """A libpq DSN for a pool's server: its conninfo plus the connection-string kwargs."""
+    not_conninfo = {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
+    extra = {k: v for k, v in (kwargs or {}).items() if k not in not_conninfo}
+    return psycopg.conninfo.make_conninfo(conninfo, **extra)
+
+
+def safe_dsn(dsn: str) -> str:
+    """The DSN without its password, for logs."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})

@@ -1,0 +1,195 @@
+"""What happens to a message once its handler ended, and to its lease while it runs.
+
+:func:`decide` picks the action from the handler's outcome alone; :func:`settle`,
+:func:`beat` and :func:`release` are the plans (see :mod:`queue_pg.plans`) both workers run for
+it: the client calls, in order, with what to do when one is refused. The queue's rules stay in
+SQL: a dead-letter after max_receive_count, the lease's max_lease, a stale receipt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import traceback
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from queue_pg.errors import (
+    InvalidParameter,
+    LeaseLimitExceeded,
+    MessageNotFound,
+    StaleReceipt,
+)
+from queue_pg.jobs import ERROR_KEY, LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
+from queue_pg.plans import ClientCall, Plan
+from queue_pg.types import JSON, Message
+
+if TYPE_CHECKING:
+    from queue_pg.backoff import Backoff
+
+__all__ = [
+    "MAX_TRACEBACK",
+    "Action",
+    "Beat",
+    "beat",
+    "decide",
+    "error_attributes",
+    "release",
+    "settle",
+]
+
+logger = logging.getLogger("queue_pg.worker")
+
+#: Longest traceback kept in a message's error record (its tail): attributes stay small.
+MAX_TRACEBACK = 4000
+
+
+class Action(str, Enum):
+    """What to do with a message whose handler ended."""
+
+    DELETE = "delete"  # it succeeded
+    DROP = "drop"  # the lease is someone else's: leave the message alone
+    REJECT = "reject"  # it can never succeed: dead-letter it now
+    RELEASE = "release"  # make it visible now (shutdown, max_lease)
+    RETRY = "retry"  # visible again after a backoff, the error recorded
+
+
+def decide(job: BaseJob, exc: BaseException | None) -> tuple[Action, str]:
+    """(action, reason) for a message whose handler ended, raising ``exc`` or not."""
+    if exc is None:
+        return Action.DELETE, ""
+    if job.cancel_reason == LOST:
+        return Action.DROP, job.cancel_reason
+    if isinstance(exc, Reject):
+        return Action.REJECT, str(exc)
+    if isinstance(exc, LeaseLost) and job.cancel_reason in (SHUTDOWN, MAX_LEASE):
+        return Action.RELEASE, job.cancel_reason
+    retries = job.task.retries if job.task is not None else None
+    if retries is not None and job.receive_count > retries:
+        return Action.REJECT, (f"failed {job.receive_count} times (retries = {retries}),"
+                               f" last: {type(exc).__name__}: {exc}")
+    return Action.RETRY, ""
+
+
+def error_attributes(job: BaseJob, exc: BaseException) -> dict[str, JSON]:
+    """The record of a failed attempt, merged into the message's attributes (raw messages and
+    task envelopes alike; the body stays the sender's) so a dead-lettered message shows why."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    error: dict[str, JSON] = {
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc)[:1000],
+        "traceback": tb[-MAX_TRACEBACK:],
+        "attempt": job.receive_count,
+        "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+    }
+    return {ERROR_KEY: error}
+
+
+def settle(job: BaseJob, exc: BaseException | None, backoff: Backoff) -> Plan[str]:
+    """Settle the message as :func:`decide` says; returns the WorkerStats counter to add
+    ("" when it could not be settled: its lease brings it back)."""
+    action, reason = decide(job, exc)
+    q, r = job.queue, job.receipt
+    try:
+        if action is Action.DELETE:
+            if not (yield ClientCall("delete", (q, r))):
+                logger.warning("message %s expired before its delete", job.id)
+            return "succeeded"
+        if action is Action.DROP:
+            logger.warning("%s ended after its lease was lost (%s); not settled",
+                           job.describe(), reason, exc_info=exc)
+            return "lost"
+        if action is Action.RELEASE:
+            yield ClientCall("change_visibility", (q, r, 0))
+            logger.info("%s stopped (%s); message released", job.describe(), reason)
+            return "released"
+        assert exc is not None
+        delay = backoff.delay(job.receive_count)
+        if action is Action.RETRY:
+            logger.warning("%s failed: %s: %s; retry in %.3gs", job.describe(),
+                           type(exc).__name__, exc, delay, exc_info=exc)
+        yield ClientCall("update", (q, r), {"attributes": error_attributes(job, exc),
+                                            "visibility_timeout": None})
+        if action is Action.REJECT:
+            yield from _reject(job, exc, reason)
+            return "rejected"
+        try:  # a planned retry (release=True): not counted as a lease expiry
+            yield ClientCall("change_visibility", (q, r, delay), {"release": True})
+        except LeaseLimitExceeded:  # past max_lease: no backoff, but still recorded and retried
+            logger.warning("backoff of %.3gs for message %s passes max_lease;"
+                           " retrying it at once", delay, job.id)
+            yield ClientCall("change_visibility", (q, r, 0), {"release": True})
+        return "retried"
+    except (StaleReceipt, MessageNotFound) as e:
+        logger.warning("%s: lease lost before it was settled (%s); it runs again"
+                       " elsewhere -- is the lease too short?", job.describe(), e)
+        return "lost"
+    except Exception:
+        logger.exception("could not settle %s; its lease brings it back", job.describe())
+        return ""
+
+
+def _reject(job: BaseJob, exc: BaseException, reason: str) -> Plan[None]:
+    """Dead-letter now; without a dead-letter queue: delete, and log the message in full (the
+    only place left to find it)."""
+    try:
+        moved = yield ClientCall("dead_letter", (job.queue, job.receipt, reason))
+    except InvalidParameter as why:  # the queue has no dead_letter_queue
+        yield ClientCall("delete", (job.queue, job.receipt))
+        logger.error(
+            "%s rejected, not retried: %s -- DELETED, not dead-lettered: %s;"
+            " attributes=%s body=%s", job.describe(), reason, why, job.message.attributes,
+            job.body, exc_info=None if isinstance(exc, Reject) else exc,
+        )
+        return
+    if moved:
+        logger.warning("%s rejected, not retried: %s; dead-lettered", job.describe(), reason)
+    else:
+        logger.warning("%s rejected, not retried: %s; not dead-lettered: the message was"
+                       " gone already (expired)", job.describe(), reason)
+
+
+class Beat(str, Enum):
+    """How a heartbeat went."""
+
+    KEPT = "kept"  # the lease runs another job.lease seconds
+    FAILED = "failed"  # no answer (server away): try again soon
+    ENDED = "ended"  # the lease cannot be kept: the job is cancelled, stop beating
+
+
+def beat(job: BaseJob) -> Plan[Beat]:
+    """Renew the job's lease; cancel the job when that is refused."""
+    try:
+        yield ClientCall("change_visibility", (job.queue, job.receipt, job.lease))
+        return Beat.KEPT
+    except (StaleReceipt, MessageNotFound) as exc:
+        job.cancel(LOST)
+        why = str(exc)
+    except LeaseLimitExceeded as exc:
+        job.cancel(MAX_LEASE)
+        why = str(exc)
+    except Exception:
+        logger.warning("heartbeat of message %s failed; trying again", job.id, exc_info=True)
+        return Beat.FAILED
+    logger.warning("%s cannot keep its lease: %s", job.describe(), why)
+    return Beat.ENDED
+
+
+def release(messages: Sequence[Message]) -> Plan[int]:
+    """Make messages received but not started visible again at once; returns how many."""
+    released = 0
+    for m in messages:
+        assert m.receipt is not None
+        try:
+            yield ClientCall("change_visibility", (m.queue, m.receipt, 0))
+            released += 1
+        except Exception:
+            logger.warning("could not release message %s; its lease brings it back",
+                           m.id, exc_info=True)
+    if messages:
+        logger.info("released %d received, unstarted message(s)", len(messages))
+    return released

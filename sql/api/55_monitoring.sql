@@ -1,0 +1,341 @@
+-- Monitoring: flow counters, samples, queue_stats, the messages in flight, dead letters, and the
+-- figures of finished work (processing and waiting times) with the timeout advice drawn from them.
+-- Every view reads through a SECURITY DEFINER function that shows a role only the queues it has
+-- some grant on (_sees), and none of them shows a body.
+
+-- Flow counters (sends, receives, deletes) are sequences, which cost no row version and no lock
+-- a sender or receiver could wait on. A sequence does not roll back: a send or receive that is
+-- rolled back stays counted, so the flow figures are approximate, like SQS's Approximate* ones.
+-- A count of n takes a nextval per decimal digit unit (1, 10 and 100 sequences), so a batch of
+-- 100 costs one nextval, not a hundred; the figure is the sum of the three.
+CREATE OR REPLACE FUNCTION queue_pg._tally(kind text, n bigint)
+RETURNS TABLE (seq_kind text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT kind || u.suffix
+    FROM (VALUES ('', 1), ('_x10', 10), ('_x100', 100)) u(suffix, unit)
+    CROSS JOIN LATERAL generate_series(1, CASE u.unit WHEN 100 THEN n / 100 ELSE n / u.unit % 10 END) g
+$$;
+
+-- The value of a flow counter (see _tally): NULL-safe for a queue whose sequences are gone.
+CREATE OR REPLACE FUNCTION queue_pg._flow(kind text, queue_id integer) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT sum(coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.%s%s_%s', kind, u.suffix, queue_id))), 0))::bigint
+    FROM unnest(ARRAY['', '_x10', '_x100']) u(suffix)
+$$;
+
+-- Whether the caller may see the figures of a queue: it has some grant on it (or manages all).
+-- An entry point: the views call it as their reader.
+CREATE OR REPLACE FUNCTION queue_pg._sees(queue_id integer) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN current_setting('is_superuser') = 'on'
+        OR queue_pg._denied(queue_id, 'manage') IS NULL
+        OR EXISTS (SELECT 1 FROM queue_pg.grants g
+                   WHERE g.queue_id = _sees.queue_id AND pg_has_role(queue_pg._caller(), g.role, 'USAGE'));
+END $$;
+
+-- Up to how many messages queue_stats counts a queue's states on every read; past it, the
+-- figure is the latest sample's (approximate = true): reading stays O(queues), not O(messages).
+CREATE OR REPLACE FUNCTION queue_pg._exact_up_to() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
+
+-- A sample of every queue's counters and exact counts, at most one per 15 seconds (run by sweep;
+-- one pass over the messages, no lock beyond a plain read). Samples older than 2 hours go.
+CREATE OR REPLACE FUNCTION queue_pg._sample(at timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue_pg.queue_samples s
+               WHERE s.at > _sample.at - interval '15 seconds' AND s.at <= _sample.at) THEN
+        RETURN;
+    END IF;
+    INSERT INTO queue_pg.queue_samples AS s
+    SELECT q.id, at, queue_pg._flow('sent', q.id), queue_pg._flow('received', q.id),
+           queue_pg._flow('deleted', q.id),
+           coalesce((SELECT c.lease_expiries FROM queue_pg.queue_counters c WHERE c.queue_id = q.id), 0),
+           coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', q.id))), 0),
+           coalesce(m.visible, 0), coalesce(m.in_flight, 0), coalesce(m.delayed, 0), coalesce(d.n, 0)
+    FROM queue_pg.queues q
+    LEFT JOIN (
+        SELECT m.queue_id,
+               count(*) FILTER (WHERE m.visible_at <= at) AS visible,
+               count(*) FILTER (WHERE m.visible_at > at AND m.last_received_at IS NOT NULL) AS in_flight,
+               count(*) FILTER (WHERE m.visible_at > at AND m.last_received_at IS NULL) AS delayed
+        FROM queue_pg.messages m
+        WHERE m.expires_at IS NULL OR m.expires_at > at
+        GROUP BY m.queue_id
+    ) m ON m.queue_id = q.id
+    LEFT JOIN (
+        SELECT m.source_queue_id, count(*) AS n FROM queue_pg.messages m
+        WHERE m.source_queue_id IS NOT NULL GROUP BY m.source_queue_id
+    ) d ON d.source_queue_id = q.id
+    ON CONFLICT DO NOTHING;
+    DELETE FROM queue_pg.queue_samples s WHERE s.at < _sample.at - interval '2 hours';
+END $$;
+
+-- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
+-- live; flows over the last minute and hour are the counters now minus the newest sample at
+-- least that old (NULL until such a sample exists).
+CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer DEFAULT NULL)
+RETURNS TABLE (
+    queue text, visible bigint, in_flight bigint, delayed bigint, dead_lettered bigint,
+    oldest_visible_age double precision, stale_receipts bigint, lease_expiries bigint,
+    sent bigint, received bigint, deleted bigint,
+    sent_1m bigint, received_1m bigint, deleted_1m bigint, lease_expiries_1m bigint, stale_receipts_1m bigint,
+    sent_1h bigint, received_1h bigint, deleted_1h bigint, lease_expiries_1h bigint, stale_receipts_1h bigint,
+    approximate boolean, sampled_at timestamptz
+)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    t_at timestamptz := queue_pg._now();
+    cap integer := queue_pg._exact_up_to();
+BEGIN
+    RETURN QUERY
+    WITH qs AS MATERIALIZED (
+        SELECT q.id, q.name FROM queue_pg.queues q
+        WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
+    ), c AS MATERIALIZED (
+        SELECT qs.id, qs.name,
+               queue_pg._flow('sent', qs.id) AS sent, queue_pg._flow('received', qs.id) AS received,
+               queue_pg._flow('deleted', qs.id) AS deleted,
+               coalesce((SELECT k.lease_expiries FROM queue_pg.queue_counters k WHERE k.queue_id = qs.id), 0) AS lease_expiries,
+               coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', qs.id))), 0) AS stale_receipts
+        FROM qs
+    )
+    SELECT c.name,
+           CASE WHEN v.n <= cap THEN v.n ELSE greatest(s.visible, v.n) END,
+           CASE WHEN f.n <= cap THEN f.in_flight ELSE coalesce(s.in_flight, f.in_flight) END,
+           CASE WHEN f.n <= cap THEN f.delayed ELSE coalesce(s.delayed, f.delayed) END,
+           CASE WHEN dl.n <= cap THEN dl.n ELSE greatest(s.dead_lettered, dl.n) END,
+           extract(epoch FROM t_at - v.oldest)::float8,
+           c.stale_receipts, c.lease_expiries, c.sent, c.received, c.deleted,
+           c.sent - m1.sent, c.received - m1.received, c.deleted - m1.deleted,
+           c.lease_expiries - m1.lease_expiries, c.stale_receipts - m1.stale_receipts,
+           c.sent - h1.sent, c.received - h1.received, c.deleted - h1.deleted,
+           c.lease_expiries - h1.lease_expiries, c.stale_receipts - h1.stale_receipts,
+           v.n > cap OR f.n > cap OR dl.n > cap, s.at
+    FROM c
+    -- Each count walks the claim index in order (ORDER BY) and stops at the cap; unordered,
+    -- the planner picks a bitmap scan (the whole range first) or a sequential one.
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, min(x.enqueued_at) AS oldest FROM (
+            SELECT m.enqueued_at FROM queue_pg.messages m
+            WHERE m.queue_id = c.id AND m.visible_at <= t_at AND (m.expires_at IS NULL OR m.expires_at > t_at)
+            ORDER BY m.visible_at LIMIT cap + 1) x
+    ) v
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, count(*) FILTER (WHERE x.last_received_at IS NOT NULL) AS in_flight,
+               count(*) FILTER (WHERE x.last_received_at IS NULL) AS delayed FROM (
+            SELECT m.last_received_at FROM queue_pg.messages m
+            WHERE m.queue_id = c.id AND m.visible_at > t_at AND (m.expires_at IS NULL OR m.expires_at > t_at)
+            ORDER BY m.visible_at LIMIT cap + 1) x
+    ) f
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM queue_pg.messages m WHERE m.source_queue_id = c.id LIMIT cap + 1) x
+    ) dl
+    LEFT JOIN LATERAL (
+        SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at
+        ORDER BY s.at DESC LIMIT 1
+    ) s ON true
+    LEFT JOIN LATERAL (
+        SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at - interval '1 minute'
+        ORDER BY s.at DESC LIMIT 1
+    ) m1 ON true
+    LEFT JOIN LATERAL (
+        SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at - interval '1 hour'
+        ORDER BY s.at DESC LIMIT 1
+    ) h1 ON true
+    ORDER BY c.name;
+END $$;
+
+-- One row per queue the reader may see. The first eight columns are exact up to 1,000
+-- messages per state (see approximate); sent, received and deleted are flow counters that a
+-- rolled-back operation does not undo; *_1m and *_1h are the flows over the last minute and
+-- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
+CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
+
+-- Replaced by _stat_counter (the view above reads its figures itself); an older view used it.
+DROP FUNCTION IF EXISTS queue_pg._counted(text, integer);
+
+CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats((queue_pg._queue(queue)).id);
+END $$;
+
+-- The messages now leased: no bodies.
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_messages()
+RETURNS TABLE (queue text, id bigint, type text, receive_count integer, leased_at timestamptz,
+               visible_until timestamptz, lease_expiries integer, enqueued_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    at timestamptz := queue_pg._now();
+BEGIN
+    RETURN QUERY
+    SELECT q.name, m.id, left(m.attributes ->> 'type', 100), m.receive_count, m.last_received_at,
+           m.visible_at, m.lease_expiries, m.enqueued_at
+    FROM queue_pg.queues q
+    JOIN queue_pg.messages m ON m.queue_id = q.id AND m.visible_at > at
+    WHERE queue_pg._sees(q.id) AND m.last_received_at IS NOT NULL
+      AND (m.expires_at IS NULL OR m.expires_at > at)
+    ORDER BY q.name, m.visible_at;
+END $$;
+
+CREATE OR REPLACE VIEW queue_pg.in_flight_messages AS SELECT * FROM queue_pg._in_flight_messages();
+
+-- Each message of each dead-letter queue, with where it came from and why it died (the reason
+-- given to dead_letter, and the worker's last error record): no bodies.
+CREATE OR REPLACE FUNCTION queue_pg._dead_letters()
+RETURNS TABLE (dead_letter_queue text, id bigint, source_queue text, type text, receive_count integer,
+               lease_expiries integer, reason text, last_error text, enqueued_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT d.name, m.id, s.name, left(m.attributes ->> 'type', 100), m.receive_count, m.lease_expiries,
+           m.attributes ->> 'dead_letter_reason',
+           nullif(concat_ws(': ', m.attributes -> 'error' ->> 'type', m.attributes -> 'error' ->> 'message'), ''),
+           m.enqueued_at
+    FROM queue_pg.queues d
+    JOIN queue_pg.messages m ON m.queue_id = d.id AND m.source_queue_id IS NOT NULL
+    LEFT JOIN queue_pg.queues s ON s.id = m.source_queue_id
+    WHERE queue_pg._sees(d.id)
+    ORDER BY d.name, m.id;
+END $$;
+
+CREATE OR REPLACE VIEW queue_pg.dead_letters AS SELECT * FROM queue_pg._dead_letters();
+
+-- A window [since, until): both given, since before until.
+CREATE OR REPLACE FUNCTION queue_pg._check_window(since timestamptz, until timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF since IS NULL OR until IS NULL OR since >= until OR since = '-infinity' OR until = 'infinity' THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('window since = %s, until = %s is invalid: allowed two finite timestamps, since before until',
+                             coalesce(since::text, 'NULL'), coalesce(until::text, 'NULL'));
+    END IF;
+END $$;
+
+-- The figures of the history rows finished in [since, until), per queue (scope 'queue', type
+-- NULL) and per queue and type (scope 'type'; a NULL type is a group of its own). Reads each
+-- queue's rows through the index (queue_id, finished_at) in the day partitions of the window:
+-- the cost is the window's rows, whatever the history's size. The definition is the one in
+-- docs/timeouts.md ("The advice, exactly").
+CREATE OR REPLACE FUNCTION queue_pg._history_figures(since timestamptz, until timestamptz, only_id integer)
+RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages bigint,
+               samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
+               wait_samples bigint, wait_p50 double precision, wait_p95 double precision,
+               wait_p99 double precision, wait_max double precision,
+               expiry_rate double precision, dead_letter_rate double precision, redeliveries bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT x.id, x.name, CASE WHEN grouping(x.type) = 1 THEN 'queue' ELSE 'type' END, x.type, count(*),
+           count(x.work),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.work),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.work),
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.work),
+           max(x.work),
+           count(x.wait),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.wait),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait),
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.wait),
+           max(x.wait),
+           sum(x.lease_expiries)::float8 / nullif(sum(x.receive_count), 0),
+           (count(*) FILTER (WHERE x.outcome = 'dead_lettered'))::float8 / count(*),
+           sum(greatest(x.receive_count - 1, 0))::bigint
+    FROM (
+        SELECT q.id, q.name, h.type, h.outcome, h.receive_count, h.lease_expiries,
+               CASE WHEN h.outcome = 'deleted' AND h.last_received_at IS NOT NULL
+                    THEN extract(epoch FROM h.finished_at - h.last_received_at)::float8 END AS work,
+               extract(epoch FROM h.first_received_at - h.enqueued_at)::float8 AS wait
+        FROM queue_pg.queues q
+        JOIN queue_pg.message_history h
+          ON h.queue_id = q.id AND h.finished_at >= since AND h.finished_at < until
+        -- only_id NULL: the queues the caller may see, chosen before any history is read
+        WHERE CASE WHEN only_id IS NULL THEN queue_pg._sees(q.id) ELSE q.id = only_id END
+    ) x
+    GROUP BY GROUPING SETS ((x.id, x.name), (x.id, x.name, x.type))
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg.processing_times(since timestamptz, until timestamptz)
+RETURNS TABLE (queue text, scope text, type text, messages bigint,
+               samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
+               wait_samples bigint, wait_p50 double precision, wait_p95 double precision,
+               wait_p99 double precision, wait_max double precision)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM queue_pg._check_window(since, until);
+    RETURN QUERY
+    SELECT f.queue, f.scope, f.type, f.messages, f.samples, f.p50, f.p95, f.p99, f.max,
+           f.wait_samples, f.wait_p50, f.wait_p95, f.wait_p99, f.wait_max
+    FROM queue_pg._history_figures(since, until, NULL) f
+    ORDER BY f.queue, f.scope, f.type NULLS FIRST;
+END $$;
+
+-- The advice of one queue's figures (see docs/timeouts.md): recommended timeout from 6 x p99
+-- within [1, max_lease], or twice the current one when leases lapse (> 1%) although the current
+-- one already covers 6 x p99 of the runs that completed.
+CREATE OR REPLACE FUNCTION queue_pg._advise(p99 double precision, samples bigint, expiry_rate double precision,
+                                            current_timeout double precision, max_lease double precision)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN samples = 0 OR p99 IS NULL THEN NULL
+        WHEN expiry_rate > 0.01 AND current_timeout >= least(max_lease, greatest(1, ceil(6 * p99)))
+            THEN least(max_lease, ceil(2 * current_timeout))
+        ELSE least(max_lease, greatest(1, ceil(6 * p99)))
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._advice(since timestamptz, until timestamptz, only_id integer)
+RETURNS TABLE (queue_id integer, queue text, scope text, type text, current_timeout double precision,
+               recommended_timeout double precision, heartbeat_interval double precision,
+               samples bigint, p50 double precision, p95 double precision, p99 double precision,
+               max double precision, expiry_rate double precision, dead_letter_rate double precision,
+               redeliveries bigint, stale_receipts bigint, confidence text,
+               split_advised boolean, p99_spread double precision, max_lease double precision)
+LANGUAGE sql STABLE AS $$
+    WITH f AS MATERIALIZED (SELECT * FROM queue_pg._history_figures(since, until, only_id)),
+    spread AS (
+        SELECT f.queue_id, count(*) AS n, max(f.p99) AS hi, min(f.p99) AS lo
+        FROM f WHERE f.scope = 'type' AND f.samples >= 30 GROUP BY f.queue_id
+    )
+    SELECT f.queue_id, f.queue, f.scope, f.type, q.visibility_timeout, a.rec, a.rec / 3,
+           f.samples, f.p50, f.p95, f.p99, f.max, f.expiry_rate, f.dead_letter_rate, f.redeliveries,
+           coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', f.queue_id))), 0),
+           CASE WHEN f.samples = 0 THEN 'none' WHEN f.samples < 30 THEN 'low'
+                WHEN f.samples < 300 THEN 'medium' ELSE 'high' END,
+           coalesce(s.n >= 2 AND s.hi > 0 AND s.hi >= 10 * s.lo, false),
+           CASE WHEN s.n >= 2 THEN s.hi / nullif(s.lo, 0) END,
+           q.max_lease
+    FROM f
+    JOIN queue_pg.queues q ON q.id = f.queue_id
+    LEFT JOIN spread s ON s.queue_id = f.queue_id
+    CROSS JOIN LATERAL (SELECT queue_pg._advise(f.p99, f.samples, f.expiry_rate, q.visibility_timeout,
+                                                q.max_lease) AS rec) a
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg.timeout_advice(since timestamptz, until timestamptz)
+RETURNS TABLE (queue text, scope text, type text, current_timeout double precision,
+               recommended_timeout double precision, heartbeat_interval double precision,
+               samples bigint, p50 double precision, p95 double precision, p99 double precision,
+               max double precision, expiry_rate double precision, dead_letter_rate double precision,
+               redeliveries bigint, stale_receipts bigint, confidence text,
+               split_advised boolean, p99_spread double precision)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM queue_pg._check_window(since, until);
+    RETURN QUERY
+    SELECT a.queue, a.scope, a.type, a.current_timeout, a.recommended_timeout, a.heartbeat_interval,
+           a.samples, a.p50, a.p95, a.p99, a.max, a.expiry_rate, a.dead_letter_rate, a.redeliveries,
+           a.stale_receipts, a.confidence, a.split_advised, a.p99_spread
+    FROM queue_pg._advice(since, until, NULL) a
+    ORDER BY a.queue, a.scope, a.type NULLS FIRST;
+END $$;
+
+-- The default window: the last 24 hours.
+CREATE OR REPLACE VIEW queue_pg.processing_times AS
+SELECT p.* FROM (SELECT queue_pg.now() AS t) n,
+     LATERAL queue_pg.processing_times(n.t - interval '24 hours', n.t) p;
+
+CREATE OR REPLACE VIEW queue_pg.timeout_advice AS
+SELECT a.* FROM (SELECT queue_pg.now() AS t) n,
+     LATERAL queue_pg.timeout_advice(n.t - interval '24 hours', n.t) a;

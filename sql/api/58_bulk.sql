@@ -1,0 +1,146 @@
+-- Bulk sends that happen once (revision 0006): a writer stages a chunk of rows with COPY into a
+-- temporary table of its session, then send_staged sends them in the same transaction under
+-- the key (writer, write_id, part, chunk), which queue_pg.bulk_writes records first.
+--
+-- The staging table belongs to the owner of queue_pg (stage creates it, inside the SECURITY
+-- DEFINER entry point) and the caller may only INSERT into it: so what send_staged reads as the
+-- owner is rows, never a view, rule or function the caller planted under that name. Its rows go
+-- at commit. It lives in the caller's own temporary schema, so all a caller can grow with it is
+-- what any role with TEMP on the database can grow with a temporary table of its own.
+
+CREATE OR REPLACE FUNCTION queue_pg._check_write_key(write_id text, part integer, chunk integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF write_id IS NULL OR length(write_id) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('write_id = %s is invalid: allowed text of 1 to 200 characters',
+                             coalesce(quote_literal(left(write_id, 100)), 'NULL'));
+    END IF;
+    PERFORM queue_pg._check('part', part, 0, 2147483647, '(a partition number)');
+    PERFORM queue_pg._check('chunk', chunk, 0, 2147483647, '(a chunk number within the partition)');
+END $$;
+
+-- Whether the session's staging table exists; raises when something else took its name.
+CREATE OR REPLACE FUNCTION queue_pg._staging() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT r.relkind, r.relowner INTO c FROM pg_catalog.pg_class r
+    WHERE r.relname = 'queue_pg_staging' AND r.relnamespace = pg_catalog.pg_my_temp_schema();
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF c.relkind <> 'r' OR c.relowner <> to_regrole(current_user)::oid THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = 'pg_temp.queue_pg_staging is not the staging table of queue_pg: allowed only the table queue_pg.stage creates',
+            HINT = 'DROP the temporary relation queue_pg_staging of this session, then call queue_pg.stage again';
+    END IF;
+    RETURN true;
+END $$;
+
+-- Raises the bound a staged row breaks (_check_body), naming its place in the chunk: the rows
+-- staged before it (counted only here, on the way to the error).
+CREATE OR REPLACE FUNCTION queue_pg._refuse_staged(q queue_pg.queues, body jsonb, attributes jsonb, at tid)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    idx integer := (SELECT count(*) FROM pg_temp.queue_pg_staging x WHERE x.ctid < at);
+BEGIN
+    PERFORM queue_pg._check_body(q, body, attributes, idx);
+    RETURN false;
+END $$;
+
+-- Makes the session's staging table ready for a COPY of (body, attributes) rows, empty, and
+-- says whether the key was written already (the caller may then skip the COPY; send_staged
+-- decides for good).
+CREATE OR REPLACE FUNCTION queue_pg.stage(queue text, write_id text, part integer, chunk integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
+BEGIN
+    PERFORM queue_pg._check_write_key(write_id, part, chunk);
+    IF queue_pg._staging() THEN
+        TRUNCATE pg_temp.queue_pg_staging;
+    ELSE
+        CREATE TEMPORARY TABLE queue_pg_staging (body jsonb, attributes jsonb) ON COMMIT DELETE ROWS;
+    END IF;
+    EXECUTE format('GRANT INSERT ON pg_temp.queue_pg_staging TO %I', queue_pg._caller());
+    RETURN EXISTS (SELECT 1 FROM queue_pg.bulk_writes w
+                   WHERE w.queue_id = q.id AND w.writer = to_regrole(queue_pg._caller())::oid
+                     AND w.write_id = stage.write_id AND w.part = stage.part AND w.chunk = stage.chunk);
+END $$;
+
+-- Sends the staged rows as messages (the rules of send_batch: size, depth, attributes, delay,
+-- ttl), in the order they were staged, and records the key; the number sent, or NULL when the
+-- key was written already (then nothing is sent and the staged rows are dropped). The key goes
+-- in first: a concurrent writer of the same key waits here until this transaction ends, then
+-- finds it written (or, if this one rolled back, writes it).
+CREATE OR REPLACE FUNCTION queue_pg.send_staged(
+    queue text,
+    write_id text,
+    part integer,
+    chunk integer,
+    delay double precision DEFAULT NULL,
+    ttl double precision DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
+    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
+    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
+    n timestamptz := queue_pg._now();
+    visible timestamptz := n + queue_pg._seconds(d);
+    expires timestamptz := n + queue_pg._seconds(t);
+    who oid := to_regrole(queue_pg._caller())::oid;
+    sent bigint;
+BEGIN
+    PERFORM queue_pg._check_write_key(write_id, part, chunk);
+    IF d >= t THEN
+        PERFORM queue_pg._delay_past_ttl(d, t);
+    END IF;
+    IF NOT queue_pg._staging() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = 'pg_temp.queue_pg_staging does not exist: allowed after queue_pg.stage in the same session';
+    END IF;
+    INSERT INTO queue_pg.bulk_writes AS w (queue_id, writer, write_id, part, chunk)
+    VALUES (q.id, who, send_staged.write_id, send_staged.part, send_staged.chunk)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        TRUNCATE pg_temp.queue_pg_staging;
+        RETURN NULL;
+    END IF;
+    PERFORM queue_pg._hold(q.id);
+    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
+    SELECT q.id, visible, expires, n, s.body, s.attributes
+    FROM pg_temp.queue_pg_staging s
+    WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
+                              queue_pg._message_size(s.body, s.attributes))
+       OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid);
+    GET DIAGNOSTICS sent = ROW_COUNT;
+    -- counted like send_batch's (queue_stats' flows); bulk sends take no route
+    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', sent) k;
+    UPDATE queue_pg.bulk_writes w SET messages = sent
+    WHERE w.queue_id = q.id AND w.writer = who AND w.write_id = send_staged.write_id
+      AND w.part = send_staged.part AND w.chunk = send_staged.chunk;
+    TRUNCATE pg_temp.queue_pg_staging;
+    IF d = 0 AND sent > 0 THEN
+        PERFORM queue_pg._wake(q.id, false);
+    END IF;
+    RETURN sent;
+END $$;
+
+-- Forgets keys older than their queue's history_retention, on the real clock (a bounded batch;
+-- concurrent sweeps skip each other's rows): what a producer's keys grow is bounded by time as
+-- its messages' history is. Called by queue_pg.sweep.
+CREATE OR REPLACE FUNCTION queue_pg._forget_writes(max_rows integer) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM queue_pg.bulk_writes w
+    WHERE w.ctid = ANY (ARRAY(
+        SELECT x.ctid FROM queue_pg.bulk_writes x
+        JOIN queue_pg.queues q ON q.id = x.queue_id
+        WHERE x.written_at < clock_timestamp() - queue_pg._seconds(q.history_retention)
+        LIMIT max_rows FOR UPDATE OF x SKIP LOCKED))
+$$;

@@ -1,0 +1,177 @@
+"""Bulk sends once per key (sql/api/58_bulk.sql), at the SQL level: stage, COPY, send_staged."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from queue_pg import Client
+from queue_pg.errors import AccessDenied, InvalidParameter, MessageTooLarge, translate
+from tests.test_access import PRODUCER, MakeRole, make_role  # noqa: F401
+
+COPY = "COPY pg_temp.queue_pg_staging (body, attributes) FROM STDIN"
+
+
+def send_chunk(
+    conn: psycopg.Connection[Any],
+    rows: list[tuple[str, str | None]],
+    key: tuple[str, str, int, int] = ("jobs", "w", 0, 0),
+    *,
+    commit: bool = True,
+) -> int | None:
+    """stage, COPY, send_staged in one transaction; the number sent (None: written before)."""
+    with translate():
+        conn.execute("BEGIN")
+        conn.execute("SELECT queue_pg.stage(%s, %s, %s, %s)", key)
+        with conn.cursor().copy(COPY) as copy:
+            for row in rows:
+                copy.write_row(row)
+        got = conn.execute("SELECT queue_pg.send_staged(%s, %s, %s, %s)", key).fetchone()
+        if commit:
+            conn.execute("COMMIT")
+    assert got is not None
+    return None if got[0] is None else int(got[0])
+
+
+def bodies(conn: psycopg.Connection[Any]) -> list[Any]:
+    return [r[0] for r in conn.execute("SELECT body FROM queue_pg.messages ORDER BY id")]
+
+
+@pytest.fixture
+def jobs(client: Client) -> Client:
+    client.create_queue("jobs", max_message_size=1024)
+    return client
+
+
+def test_a_chunk_is_sent_once_in_staging_order_and_a_second_send_is_skipped(
+    jobs: Client, conn: psycopg.Connection[Any]
+) -> None:
+    rows = [(f'{{"i": {i}}}', '{"type": "t"}' if i % 2 else None) for i in range(5)]
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        assert w.execute("SELECT queue_pg.stage('jobs', 'w', 0, 0)").fetchone() == (False,)
+        w.execute("ROLLBACK")
+        assert send_chunk(w, rows) == 5
+        assert w.execute("SELECT queue_pg.stage('jobs', 'w', 0, 0)").fetchone() == (True,)
+        assert send_chunk(w, rows) is None
+        assert send_chunk(w, rows, ("jobs", "w", 0, 1)) == 5
+    assert bodies(conn) == [{"i": i} for i in range(5)] * 2
+    assert conn.execute(
+        "SELECT count(*) FILTER (WHERE attributes IS NULL) FROM queue_pg.messages"
+    ).fetchone() == (6,)
+    assert conn.execute(
+        "SELECT chunk, messages FROM queue_pg.bulk_writes ORDER BY chunk"
+    ).fetchall() == [(0, 5), (1, 5)]
+
+
+def test_a_concurrent_duplicate_waits_for_the_first_then_sends_nothing(
+    jobs: Client, conn: psycopg.Connection[Any]
+) -> None:
+    rows = [('{"n": 1}', None), ('{"n": 2}', None)]
+    results: list[int | None] = []
+    with psycopg.connect(conn.info.dsn, autocommit=True) as first, psycopg.connect(
+        conn.info.dsn, autocommit=True
+    ) as second:
+        assert send_chunk(first, rows, commit=False) == 2
+        thread = threading.Thread(target=lambda: results.append(send_chunk(second, rows)))
+        thread.start()
+        time.sleep(0.5)
+        assert thread.is_alive(), "the duplicate must wait on the key the first one holds"
+        first.execute("COMMIT")
+        thread.join(10)
+    assert results == [None]
+    assert bodies(conn) == [{"n": 1}, {"n": 2}]
+
+
+def test_a_rolled_back_writer_leaves_the_key_to_the_next(jobs: Client, conn: psycopg.Connection[Any]) -> None:
+    rows = [('{"n": 1}', None)]
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        assert send_chunk(w, rows, commit=False) == 1
+        w.execute("ROLLBACK")
+        assert send_chunk(w, rows) == 1
+    assert bodies(conn) == [{"n": 1}]
+
+
+@pytest.mark.parametrize(
+    ("rows", "error", "message"),
+    [
+        ([("1", None), ("2", "[1]")], InvalidParameter,
+         "attributes[1] is a JSON array: allowed a JSON object or NULL"),
+        ([("1", None), ("1", None), (None, None)], InvalidParameter,
+         "body[2] = NULL is invalid: allowed any JSON value (use JSON null, not SQL NULL)"),
+        ([('"' + "x" * 1100 + '"', None)], MessageTooLarge,
+         "body[0] and attributes[0] are 1102 bytes of JSON text: allowed up to max_message_size = 1024 bytes of queue 'jobs'"),
+    ],
+)
+def test_a_bad_row_refuses_the_chunk_and_changes_nothing(
+    jobs: Client, conn: psycopg.Connection[Any], rows: list[tuple[str | None, str | None]],
+    error: type[Exception], message: str,
+) -> None:
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w, pytest.raises(error) as err:
+        send_chunk(w, rows)  # type: ignore[arg-type]
+    assert str(err.value) == message
+    assert bodies(conn) == []
+    assert conn.execute("SELECT count(*) FROM queue_pg.bulk_writes").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (("jobs", "", 0, 0), "write_id = '' is invalid: allowed text of 1 to 200 characters"),
+        (("jobs", "w", -1, 0), "part = -1 is out of range: allowed 0 to 2147483647 (a partition number)"),
+        (("jobs", "w", 0, -2), "chunk = -2 is out of range: allowed 0 to 2147483647 (a chunk number within the partition)"),
+    ],
+)
+def test_a_bad_key_is_refused(jobs: Client, conn: psycopg.Connection[Any], key: tuple[str, str, int, int], message: str) -> None:
+    with pytest.raises(InvalidParameter) as err, translate():
+        conn.execute("SELECT queue_pg.stage(%s, %s, %s, %s)", key)
+    assert str(err.value) == message
+
+
+def test_a_producer_with_a_send_grant_stages_and_sends(
+    jobs: Client, conn: psycopg.Connection[Any], make_role: MakeRole  # noqa: F811
+) -> None:
+    producer = make_role("bulk", PRODUCER)
+    with producer.connect() as w, pytest.raises(AccessDenied):
+        send_chunk(w, [("1", None)])
+    jobs.grant("jobs", producer.name, "send")
+    with producer.connect() as w:
+        assert send_chunk(w, [("1", None), ('{"a": 2}', '{"type": "x"}')]) == 2
+        # the staging table is the owner's: the producer may fill it, not read, empty or drop it
+        for sql in ("SELECT * FROM pg_temp.queue_pg_staging", "TRUNCATE pg_temp.queue_pg_staging",
+                    "DROP TABLE pg_temp.queue_pg_staging"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                w.execute(sql)
+        # the key is the writer's own: the owner writing the same key is another key
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        assert send_chunk(w, [("3", None)]) == 1
+    assert bodies(conn) == [1, {"a": 2}, 3]
+
+
+def test_a_relation_planted_under_the_staging_name_is_refused(
+    jobs: Client, conn: psycopg.Connection[Any], make_role: MakeRole  # noqa: F811
+) -> None:
+    producer = make_role("planter", PRODUCER)
+    jobs.grant("jobs", producer.name, "send")
+    with producer.connect() as w:
+        w.execute("CREATE TEMP VIEW queue_pg_staging AS SELECT '1'::jsonb AS body, NULL::jsonb AS attributes")
+        for call in ("SELECT queue_pg.stage('jobs', 'w', 0, 0)",
+                     "SELECT queue_pg.send_staged('jobs', 'w', 0, 0)"):
+            with pytest.raises(InvalidParameter, match="is not the staging table of queue_pg"), translate():
+                w.execute(call)
+    assert bodies(conn) == []
+
+
+def test_the_sweep_forgets_keys_older_than_the_history_retention(
+    jobs: Client, conn: psycopg.Connection[Any]
+) -> None:
+    jobs.alter_queue("jobs", history_retention=3600)
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        for chunk in range(3):
+            send_chunk(w, [("1", None)], ("jobs", "w", 0, chunk))
+    conn.execute("UPDATE queue_pg.bulk_writes SET written_at = written_at - interval '2 hours' WHERE chunk < 2")
+    jobs.sweep()
+    assert conn.execute("SELECT chunk FROM queue_pg.bulk_writes").fetchall() == [(2,)]
