@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -29,7 +30,7 @@ from queue_pg.display import fmt_age, fmt_seconds
 __all__ = ["COLUMNS", "TopApp", "rate"]
 
 #: Below this many columns the detail pane goes under the queue table instead of beside it.
-WIDE = 150
+WIDE = 190
 
 #: How many in-flight messages and dead letters the detail pane lists.
 DETAIL_ROWS = 20
@@ -117,7 +118,7 @@ class TopApp(App[None]):
     Screen.-wide { layout: horizontal; }
     #queues { height: 1fr; min-height: 5; }
     #detail { height: 1fr; border-top: solid $accent; }
-    Screen.-wide #detail { width: 70; border-top: none; border-left: solid $accent; }
+    Screen.-wide #detail { width: 74; border-top: none; border-left: solid $accent; }
     #detail DataTable { height: auto; max-height: 12; }
     .title { text-style: bold; }
     """
@@ -149,7 +150,7 @@ class TopApp(App[None]):
             yield DataTable(id="in_flight", show_cursor=False)
             yield Static("latest dead letters", classes="title")
             yield DataTable(id="dead_letters", show_cursor=False)
-            yield Static(f"processing times, last {fmt_seconds(self.window)} (seconds)",
+            yield Static(f"processing and waiting times, last {fmt_seconds(self.window)}",
                          classes="title")
             yield DataTable(id="times", show_cursor=False)
         yield Footer()
@@ -241,19 +242,22 @@ class TopApp(App[None]):
 
     @staticmethod
     def _summary(r: QueueOverview) -> str:
-        def flow(suffix: str) -> str:
+        def flow(suffix: str, span: str) -> str:
             values = [getattr(r, f"{n}_{suffix}") for n in
                       ("sent", "received", "deleted", "lease_expiries", "stale_receipts")]
-            return " / ".join("-" if v is None else str(v) for v in values)
+            if values[0] is None:
+                return f"{span}: no sample that old yet (sweep takes them)"
+            sent, received, deleted, expiries, stale = values
+            return (f"{span}: sent {sent} · received {received} · deleted {deleted} · "
+                    f"expiries {expiries} · stale {stale}")
 
-        approx = " (approximate: past 1,000 per state)" if r.approximate else ""
+        approx = " [dim](counts past 1,000: latest sample)[/dim]" if r.approximate else ""
         return (
-            f"[b]{r.queue}[/b]{approx}\n"
+            f"[b]{escape(r.queue)}[/b]{approx}\n"
             f"timeout {fmt_seconds(r.visibility_timeout)} · advised "
-            f"{fmt_seconds(r.recommended_timeout)} (confidence {r.confidence}, "
-            f"{r.samples or 0} samples) · heartbeat {fmt_seconds(r.heartbeat_interval)}\n"
-            f"sent / received / deleted / expiries / stale: last minute {flow('1m')}, "
-            f"last hour {flow('1h')}"
+            f"{fmt_seconds(r.recommended_timeout)} · heartbeat {fmt_age(r.heartbeat_interval)}"
+            f" · confidence {r.confidence} ({r.samples or 0} samples)\n"
+            f"{flow('1m', 'last minute')}\n{flow('1h', 'last hour')}"
         )
 
     @staticmethod

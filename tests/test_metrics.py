@@ -5,7 +5,12 @@ is exported; a role sees only its queues."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,3 +209,29 @@ def test_grafana_dashboard_queries_only_exported_metrics(served: tuple[str, Clie
     # and it shows the figures a user asks about first
     assert {"queue_pg_messages", "queue_pg_visibility_timeout_seconds",
             "queue_pg_recommended_timeout_seconds", "queue_pg_messages_sent_total"} <= used
+
+
+def test_metrics_command_serves_until_interrupted(client: Client, clean: str) -> None:
+    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C."""
+    client.create_queue("jobs")
+    client.send_batch("jobs", [1, 2, 3])
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+         "metrics", "--port", str(port), "--addr", "127.0.0.1"],
+        env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "serving metrics" not in line:  # it says where once it listens
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the command ended before serving"
+        assert f"http://127.0.0.1:{port}/metrics" in line
+        families = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0

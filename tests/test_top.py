@@ -97,23 +97,23 @@ async def test_top_under_load(clean: str, tmp_path: Path) -> None:
                            for row in detail(app, "dead_letters"))
                 await until(pilot, lambda: {r[0] for r in detail(app, "times")}
                             == {"(all)", "email", "resize"}, "processing times per type")
-                # the selection survives refreshes and re-sorting
-                await pilot.press("s", "r")
-                await pilot.pause(1.2)
-                assert app.selected == "orders"
-
                 saved = app.save_screenshot("top.svg", str(tmp_path))
                 assert "orders" in Path(saved).read_text()
                 keep = os.environ.get("QUEUE_PG_SCREENSHOTS")
                 if keep:
                     shutil.copy(saved, Path(keep) / "top.svg")
 
+                # the selection survives refreshes and re-sorting
+                await pilot.press("s", "r")
+                await pilot.pause(1.2)
+                assert app.selected == "orders"
+
                 # narrow terminal: the detail pane goes under the table; wide again: beside it
-                await pilot.resize_terminal(100, 40)
+                await pilot.resize_terminal(120, 40)
                 await until(pilot, lambda: not app.screen.has_class("-wide"), "the narrow layout")
                 await pilot.pause()
                 queues, pane = app.query_one("#queues").region, app.query_one("#detail").region
-                assert pane.y >= queues.bottom and pane.width == 100
+                assert pane.y >= queues.bottom and pane.width == 120
                 await pilot.resize_terminal(WIDE + 30, 40)
                 await until(pilot, lambda: app.screen.has_class("-wide"), "the wide layout")
                 await pilot.pause()
