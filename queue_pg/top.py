@@ -26,6 +26,7 @@ from queue_pg._ops import Call
 from queue_pg.advice import DeadLetter, InFlight, ProcessingTimes, QueueOverview
 from queue_pg.aio import AsyncClient
 from queue_pg.display import fmt_age, fmt_seconds
+from queue_pg.errors import QueueError
 
 __all__ = ["COLUMNS", "TopApp", "rate"]
 
@@ -182,6 +183,8 @@ class TopApp(App[None]):
             self.rows = {r.queue: r for r in rows}
             self._fill_queues()
             await self._fill_detail()
+        except QueueError as exc:  # the server gone, a grant revoked: say so, try again next time
+            self.sub_title = f"cannot read: {exc}".splitlines()[0]
         finally:
             self._busy = False
 

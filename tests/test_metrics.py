@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import conninfo
 
 from queue_pg import Client
-from queue_pg.metrics import QueueCollector, registry, serve, wsgi_app
+from queue_pg.metrics import QueueCollector, asgi_app, registry, serve, wsgi_app
 from tests.surface_load import running_load
 from tests.test_access import CONSUMER, MakeRole, make_role  # noqa: F401
 
@@ -155,6 +155,26 @@ def test_wsgi_app_serves_the_same(client: Client) -> None:
                         lambda s, headers: status.append(s)))
     assert status == ["200 OK"]
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert values(families, "queue_pg_messages")[("jobs", "visible")] == 1
+
+
+async def test_asgi_app_serves_the_same(client: Client) -> None:
+    client.create_queue("jobs")
+    client.send("jobs", 1)
+    app = asgi_app(client)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "method": "GET", "path": "/metrics", "headers": [],
+               "query_string": b""}, receive, send)
+    assert sent[0]["status"] == 200
+    body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
     assert values(families, "queue_pg_messages")[("jobs", "visible")] == 1
 
 
