@@ -19,14 +19,15 @@ __all__ = ["COMMANDS", "metrics", "top"]
 _EXTRA = "needs the dashboard extra: pip install 'queue-pg[dashboard]'"
 
 _window = click.option(
-    "--window", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="SECONDS",
+    "--window", type=click.FloatRange(min=1, max=7 * 86400), default=600.0, show_default=True,
+    metavar="SECONDS",
     help="Finished messages of the last SECONDS feed the advice and the processing times.")
 
 
 @click.command()
 @_window
-@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True,
-              metavar="SECONDS", help="Refresh every SECONDS.")
+@click.option("--interval", type=click.FloatRange(min=0.2, max=3600), default=1.0,
+              show_default=True, metavar="SECONDS", help="Refresh every SECONDS.")
 @pass_state
 def top(state: State, window: float, interval: float) -> None:
     """Every queue live, like top: counts, rates, expiries, the timeout and its advice.
