@@ -20,6 +20,7 @@ __all__ = [
     "InFlight",
     "ProcessingTimes",
     "QueueHealth",
+    "QueueOverview",
     "Route",
     "SplitPart",
     "TimeoutAdvice",
@@ -34,6 +35,7 @@ __all__ = [
     "list_routes",
     "processing_times",
     "queue_health",
+    "queue_overview",
     "split",
     "timeout_advice",
     "tune",
@@ -65,6 +67,33 @@ class QueueHealth(QueueStats):
     stale_receipts_1h: int | None
     approximate: bool
     sampled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview(QueueHealth):
+    """A row of ``queue_pg.queue_overview``: :class:`QueueHealth` taken at ``at`` (the database's
+    clock), the queue's visibility timeout, and the figures of the messages finished in the
+    window read: the queue-wide timeout advice, processing times (final receive to delete) and
+    waiting times (send to first receive). Those are None when nothing finished in the window."""
+
+    at: datetime
+    visibility_timeout: float
+    recommended_timeout: float | None
+    heartbeat_interval: float | None
+    confidence: str
+    messages_finished: int | None
+    samples: int | None
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+    wait_samples: int | None
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_p99: float | None
+    wait_max: float | None
+    expiry_rate: float | None
+    dead_letter_rate: float | None
 
 
 @dataclass(frozen=True)
@@ -232,6 +261,16 @@ def queue_health(queue: str | None = None) -> Call[list[QueueHealth]]:
     if queue is None:
         return Call("select * from queue_pg.queue_stats", {}, _rows(QueueHealth))
     return Call("select * from queue_pg.stats(%(queue)s)", {"queue": queue}, _rows(QueueHealth))
+
+
+def queue_overview(window: float = 600) -> Call[list[QueueOverview]]:
+    """``queue_overview`` of the last ``window`` seconds: every queue the caller sees, one query."""
+    return Call(
+        "select * from queue_pg.queue_overview("
+        "queue_pg.now() - make_interval(secs => %(window)s::float8), queue_pg.now())",
+        {"window": window},
+        _rows(QueueOverview),
+    )
 
 
 def in_flight(queue: str | None = None) -> Call[list[InFlight]]:

@@ -292,6 +292,15 @@ class AsyncClient(AsyncClientBase):
         """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
         return await self._run(advice.queue_health(queue), conn)
 
+    async def queue_overview(
+        self, window: float = 600, *, conn: AsyncConnection | None = None
+    ) -> list[advice.QueueOverview]:
+        """Every queue the caller may see in one query: queue_health, the visibility timeout and the
+        advice, processing and waiting times of the messages finished in the last ``window``
+        seconds (what ``queue-pg top`` and the Prometheus collector read).
+        """
+        return await self._run(advice.queue_overview(window), conn)
+
     async def in_flight(
         self, queue: str | None = None, *, conn: AsyncConnection | None = None
     ) -> list[advice.InFlight]:

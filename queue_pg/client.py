@@ -289,6 +289,15 @@ class Client(ClientBase):
         """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
         return self._run(advice.queue_health(queue), conn)
 
+    def queue_overview(
+        self, window: float = 600, *, conn: Connection | None = None
+    ) -> list[advice.QueueOverview]:
+        """Every queue the caller may see in one query: queue_health, the visibility timeout and the
+        advice, processing and waiting times of the messages finished in the last ``window``
+        seconds (what ``queue-pg top`` and the Prometheus collector read).
+        """
+        return self._run(advice.queue_overview(window), conn)
+
     def in_flight(
         self, queue: str | None = None, *, conn: Connection | None = None
     ) -> list[advice.InFlight]:

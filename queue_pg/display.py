@@ -8,20 +8,27 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from queue_pg.types import Message, QueueConfig, QueueStats
 
+if TYPE_CHECKING:
+    from queue_pg.advice import QueueHealth
+
 __all__ = [
     "NEVER",
     "err",
     "fmt_age",
+    "fmt_count",
     "fmt_json",
     "fmt_seconds",
     "fmt_time",
+    "health_table",
     "message_json",
     "message_table",
     "out",
@@ -65,6 +72,20 @@ def fmt_age(value: float | None) -> str:
     if value is None or value >= 60:
         return fmt_seconds(value if value is None else round(value))
     return f"{value:.3g}s"
+
+
+def fmt_count(value: int | None) -> str:
+    """A count in at most 5 characters, like top: 1234, 12.3k, 456k, 7.8M; None -> '-'."""
+    if value is None:
+        return "-"
+    if abs(value) < 10**4:
+        return str(value)
+    for unit, size in (("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12)):
+        scaled = value / size
+        text = f"{scaled:.1f}" if abs(scaled) < 99.95 else f"{scaled:.0f}"
+        if abs(float(text)) < 1000:
+            return text + unit
+    return str(value)
 
 
 def fmt_json(value: object) -> str:
@@ -138,6 +159,32 @@ def stats_table(rows: Iterable[QueueStats], title: str | None = None) -> Table:
             escape(s.queue), str(s.visible), str(s.in_flight), str(s.delayed),
             str(s.dead_lettered), fmt_age(s.oldest_visible_age), str(s.stale_receipts),
             str(s.lease_expiries),
+        )
+    return table
+
+
+#: ``health_table`` flows: option value -> (column suffix, what the title calls it).
+FLOWS = {"1m": ("_1m", "last minute"), "1h": ("_1h", "last hour"), "total": ("", "since created")}
+
+
+def health_table(rows: Iterable[QueueHealth], flows: str = "1m") -> Table:
+    """One line per queue: its counts and its flows over ``flows`` (see FLOWS), within 80
+    columns for names up to 12 characters (counts in 5 characters: fmt_count)."""
+    suffix, span = FLOWS[flows]
+    table = Table(title=f"flows {span} (-: no sample that old yet; see docs/monitoring.md)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=0)
+    table.add_column("queue", overflow="fold", min_width=8)
+    for header in ("visible", "in\nflight", "delayed", "in\nDLQ", "oldest", "sent", "recv",
+                   "del", "lease\nexpiry", "stale"):
+        table.add_column(header, justify="right", no_wrap=True)
+    flow = ("sent", "received", "deleted", "lease_expiries", "stale_receipts")
+    for s in rows:
+        values = [getattr(s, name + suffix) for name in flow]
+        table.add_row(
+            escape(s.queue) + ("~" if s.approximate else ""), fmt_count(s.visible),
+            fmt_count(s.in_flight), fmt_count(s.delayed), fmt_count(s.dead_lettered),
+            fmt_age(s.oldest_visible_age), *(fmt_count(v) for v in values),
         )
     return table
 

@@ -12,8 +12,7 @@ from rich.table import Table
 
 from queue_pg.cli.params import given, settings_options
 from queue_pg.cli.state import State, pass_state
-from queue_pg.display import err, out, queue_table, settings_table, stats_table
-from queue_pg.errors import QueueError
+from queue_pg.display import FLOWS, err, health_table, out, queue_table, settings_table
 
 __all__ = ["COMMANDS"]
 
@@ -76,21 +75,19 @@ def pause(seconds: float) -> None:
 @click.command()
 @click.argument("queue", required=False)
 @click.option("--watch", "-w", is_flag=True, help="Refresh every second until Ctrl-C.")
+@click.option("--flows", type=click.Choice(sorted(FLOWS)), default="1m", show_default=True,
+              help="Sends, receives, deletes, lease expiries and stale refusals over the last"
+                   " minute, the last hour, or since the queue was made.")
 @pass_state
-def stats(state: State, queue: str | None, watch: bool) -> None:
-    """Counts of QUEUE (default: every queue): visible, in flight, delayed, dead-lettered, ..."""
+def stats(state: State, queue: str | None, watch: bool, flows: str) -> None:
+    """Counts and flows of QUEUE (default: every queue), one query (`queue-pg top`: live).
+
+    Counts past 1,000 per state are the latest sample's (queue marked ~).
+    """
     client = state.client
 
     def table() -> Table:
-        if queue is not None:
-            return stats_table([client.stats(queue)])
-        rows = []
-        for q in client.list_queues():
-            try:
-                rows.append(client.stats(q.name))
-            except QueueError:  # dropped since list_queues()
-                continue
-        return stats_table(rows)
+        return health_table(client.queue_health(queue), flows)
 
     if not watch:
         out().print(table())
