@@ -409,3 +409,12 @@ class AsyncClient(AsyncClientBase):
     ) -> list[periodic.Schedule]:
         """The schedules (of ``queue``, or of every queue the caller may see): next and last run."""
         return await self._run(periodic.schedules(queue), conn)
+
+    # --- start rates (sql/api/53_task_limits.sql) -------------------------------------------------
+
+    async def set_rate_limit(
+        self, queue: str, per_second: float | None, *, conn: AsyncConnection | None = None
+    ) -> float | None:
+        """At most ``per_second`` receives start a message of ``queue`` each second, whoever
+        receives (None: no limit); over any t seconds at most per_second * (t + 1)."""
+        return await self._run(periodic.set_rate_limit(queue, per_second), conn)

@@ -406,3 +406,12 @@ class Client(ClientBase):
     ) -> list[periodic.Schedule]:
         """The schedules (of ``queue``, or of every queue the caller may see): next and last run."""
         return self._run(periodic.schedules(queue), conn)
+
+    # --- start rates (sql/api/53_task_limits.sql) -------------------------------------------------
+
+    def set_rate_limit(
+        self, queue: str, per_second: float | None, *, conn: Connection | None = None
+    ) -> float | None:
+        """At most ``per_second`` receives start a message of ``queue`` each second, whoever
+        receives (None: no limit); over any t seconds at most per_second * (t + 1)."""
+        return self._run(periodic.set_rate_limit(queue, per_second), conn)

@@ -7,7 +7,9 @@ An existing queue is never altered here: its settings are the operator's (``queu
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
     from queue_pg.client import Client
     from queue_pg.tasks import Registry, Task
 
-__all__ = ["create_declared", "ensure_queues", "hint", "missing_queue"]
+__all__ = ["INHERITED", "create_declared", "ensure_queues", "hint", "limited_queue", "limits",
+           "missing_queue"]
 
 logger = logging.getLogger("queue_pg.worker")
 
@@ -67,15 +70,57 @@ def create_declared(
             pass
 
 
+def limited_queue(task: Task) -> str:
+    """The queue of a ``max_running`` task's messages: ``<queue>-<task name>``, the name's other
+    characters as ``_`` (cut to 80 characters, a hash keeping it unique)."""
+    name = f"{task.queue}-{re.sub('[^A-Za-z0-9_-]', '_', task.name)}"
+    if len(name) > 80:
+        name = f"{name[:71]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return name
+
+
+#: Settings a limited task's queue takes from its task's queue.
+INHERITED = ("visibility_timeout", "message_ttl", "max_message_size", "max_lease",
+             "dead_letter_queue", "max_receive_count", "history", "history_retention")
+
+
+def limits(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
+    """At a worker's start: the limits its tasks declare, in the database. A ``max_running``
+    task gets a queue of its own (its queue's settings, ``in_flight_limit`` = the limit) and a
+    route from its queue for messages of its type, so a send from anywhere lands there; a
+    ``rate_limit`` becomes its queue's start rate."""
+    tasks = [] if registry is None else [t for t in registry.tasks.values() if t.queue in queues]
+    for t in tasks:
+        if t.rate_limit is not None:
+            yield ClientCall("set_rate_limit", (t.queue, t.rate_limit))
+        if t.max_running is None:
+            continue
+        target = limited_queue(t)
+        parent = yield ClientCall("get_queue", (t.queue,))
+        try:
+            yield ClientCall("get_queue", (target,))
+            yield ClientCall("alter_queue", (target,), {"in_flight_limit": t.max_running})
+        except QueueNotFound:
+            settings = {k: getattr(parent, k) for k in INHERITED}
+            yield ClientCall("create_queue", (target,),
+                             {**settings, "in_flight_limit": t.max_running})
+        yield ClientCall("add_route", (t.queue, t.name, target))
+        logger.info("task %s: at most %d running, in queue %s", t.name, t.max_running, target)
+
+
 def ensure_queues(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
     """At a worker's start: each of its queues that is missing is created if one of its tasks
-    declares it, else QueueNotFound saying how to create it."""
+    declares it, else QueueNotFound saying how to create it; then the tasks' limits."""
     declared: dict[str, Task] = {}
     if registry is not None:
         for t in registry.tasks.values():
             if t.queue_settings is not None:
                 declared.setdefault(t.queue, t)
+    limited = set() if registry is None else {
+        limited_queue(t) for t in registry.tasks.values() if t.max_running is not None}
     for queue in queues:
+        if queue in limited:
+            continue  # made by limits() below
         try:
             yield ClientCall("get_queue", (queue,))
             continue
@@ -91,3 +136,4 @@ def ensure_queues(registry: Registry | None, queues: Sequence[str]) -> Plan[None
                 logger.info("queue %s created, as task %s declares", name, task.name)
             except QueueAlreadyExists:
                 pass
+    yield from limits(registry, queues)

@@ -36,6 +36,7 @@ __all__ = [
     "fire_schedules",
     "periodic",
     "schedules",
+    "set_rate_limit",
     "set_schedule",
 ]
 
@@ -166,6 +167,11 @@ def drop_schedule(name: str) -> Call[bool]:
 def fire_schedules(queues: Sequence[str] | None = None) -> Call[list[Fired]]:
     return Call("select * from queue_pg.fire_schedules(%(queues)s::text[])",
                 {"queues": None if queues is None else list(queues)}, _rows(Fired))
+
+
+def set_rate_limit(queue: str, per_second: float | None) -> Call[float | None]:
+    return Call("select queue_pg.set_rate_limit(%(queue)s::text, %(rate)s::float8)",
+                {"queue": queue, "rate": per_second}, lambda columns, rows: rows[0][0])
 
 
 def schedules(queue: str | None = None) -> Call[list[Schedule]]:

@@ -65,6 +65,11 @@ class Task:
     enqueues the task with no arguments (:func:`queue_pg.periodic.periodic` for arguments, or
     several schedules). ``create`` or queue ``settings`` (``visibility_timeout=60``, ...): the
     queue is created with them when a worker starts or the first enqueue finds it missing.
+
+    Limits the database enforces across all workers, set up when a worker starts:
+    ``max_running``: at most that many runs of this task at once (its messages are routed to a
+    queue of their own, :func:`queue_pg.declare.limited_queue`, whose ``in_flight_limit`` it is);
+    ``rate_limit``: at most that many starts per second of the task's queue (every task in it).
     """
 
     def __init__(
@@ -82,6 +87,8 @@ class Task:
         tz: str = "UTC",
         create: bool = False,
         settings: Mapping[str, Any] | None = None,
+        max_running: int | None = None,
+        rate_limit: float | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError(f"retries = {retries}: need >= 0")
@@ -95,6 +102,12 @@ class Task:
         self.registry = registry if registry is not None else _default_registry()
         self.signature = inspect.signature(func)
         self.queue_settings: dict[str, Any] | None = declared_settings(create, settings)
+        if max_running is not None and max_running < 1:
+            raise ValueError(f"max_running = {max_running}: need >= 1")
+        if rate_limit is not None and not rate_limit > 0:
+            raise ValueError(f"rate_limit = {rate_limit}: need > 0 starts per second")
+        self.max_running = max_running
+        self.rate_limit = rate_limit
         self._queue_made = False  # an enqueue found (or made) the declared queue
         functools.update_wrapper(self, func)
         self.registry.register(self)
@@ -326,8 +339,20 @@ class Registry:
         self.schedules[schedule.name] = schedule
 
     def queues(self) -> list[str]:
-        """The queues of the registered tasks, sorted."""
-        return sorted({t.queue for t in self.tasks.values()})
+        """The queues of the registered tasks (with those of limited tasks), sorted."""
+        return self.with_limited({t.queue for t in self.tasks.values()})
+
+    def with_limited(self, queues: Sequence[str] | set[str]) -> list[str]:
+        """``queues`` and the queue of each ``max_running`` task of theirs (sorted when a set)."""
+        from queue_pg.declare import limited_queue
+
+        out = sorted(queues) if isinstance(queues, set) else list(queues)
+        for t in self.tasks.values():
+            if t.max_running is not None and t.queue in queues:
+                target = limited_queue(t)
+                if target not in out:
+                    out.append(target)
+        return out
 
     def set_client(self, client: Client | None) -> None:
         self.client = client
@@ -391,6 +416,8 @@ def task(
     schedule: str | None = ...,
     tz: str = ...,
     create: bool = ...,
+    max_running: int | None = ...,
+    rate_limit: float | None = ...,
     **settings: Any,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
@@ -409,18 +436,22 @@ def task(
     schedule: str | None = None,
     tz: str = "UTC",
     create: bool = False,
+    max_running: int | None = None,
+    rate_limit: float | None = None,
     **settings: Any,
 ) -> Task | Callable[[Callable[..., Any]], Task]:
     """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task.
 
     ``schedule="*/5 * * * *"`` (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
     queue settings (``visibility_timeout=60``, ``dead_letter_queue="emails-dlq"``, ...) create
-    its queue when a worker starts or the first enqueue finds it missing.
+    its queue when a worker starts or the first enqueue finds it missing; ``max_running=2``,
+    ``rate_limit=10``: limits the database enforces across workers.
     """
 
     def wrap(f: Callable[..., Any]) -> Task:
         return Task(f, queue=queue, name=name, retries=retries, timeout=timeout,
                     backoff=backoff, bind=bind, registry=registry, schedule=schedule, tz=tz,
-                    create=create, settings=settings)
+                    create=create, settings=settings, max_running=max_running,
+                    rate_limit=rate_limit)
 
     return wrap(func) if func is not None else wrap

@@ -266,8 +266,11 @@ class WorkerBase(Generic[C, H]):
         job_log_level: int | str | None = None,
     ) -> None:
         self.client = client
-        # task B (issue 16): each job's start and finish logged at this level (queue_pg.joblog)
+        # task B (issue 16): each job's start and finish logged at this level (queue_pg.joblog);
+        # the queues of max_running tasks are polled with their tasks' queues
         self.job_log_level = joblog.level_of(job_log_level)
+        if isinstance(handler, Registry):
+            queues = handler.with_limited([queues] if isinstance(queues, str) else queues)
         self.settings = WorkerOptions.check(
             queues, self.default_concurrency if concurrency is None else concurrency,
             batch_size, visibility_timeout, heartbeat_interval, grace_period, wait, backoff)

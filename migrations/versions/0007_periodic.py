@@ -32,7 +32,10 @@ def downgrade() -> None:
             queue_pg._check_cron(text, text, timestamptz),
             queue_pg._cron_next(text, text, timestamptz), queue_pg._cron_fields(text),
             queue_pg._cron_field(text, integer, integer, text[], integer);
-        DROP TABLE queue_pg.periodic;
+        DROP FUNCTION IF EXISTS queue_pg.set_rate_limit(text, double precision),
+            queue_pg._rate_take(integer, integer, timestamptz);
+        DROP TABLE queue_pg.periodic, queue_pg.rate_limits;
+        UPDATE queue_pg.queues SET options = options - 'rate_limit';
         """,
         origin="downgrade 0007",
     )

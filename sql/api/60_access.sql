@@ -171,7 +171,8 @@ BEGIN
                                       'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
                                       'add_route', 'drop_route', 'list_routes', 'split',
                                       -- periodic tasks (52_periodic.sql)
-                                      'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules')
+                                      'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
+                                      'set_rate_limit')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

@@ -25,3 +25,14 @@ CREATE TABLE queue_pg.periodic (
 );
 CREATE INDEX periodic_due ON queue_pg.periodic (next_run);
 REVOKE ALL ON queue_pg.periodic FROM PUBLIC;
+
+-- Per-queue start rate (sql/api/53_task_limits.sql): a token bucket refilled at per_second and
+-- holding at most one second's worth (at least one start). Only queues whose options name a
+-- rate_limit read it; a claim on such a queue locks its row until the claim's transaction ends.
+CREATE TABLE queue_pg.rate_limits (
+    queue_id integer PRIMARY KEY REFERENCES queue_pg.queues (id) ON DELETE CASCADE,
+    per_second double precision NOT NULL CHECK (per_second > 0),
+    tokens double precision NOT NULL,
+    at timestamptz NOT NULL
+);
+REVOKE ALL ON queue_pg.rate_limits FROM PUBLIC;
