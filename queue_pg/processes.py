@@ -87,7 +87,8 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
     if child:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     tasks = import_tasks(config.modules)
-    with Client(config.dsn, min_size=1, max_size=config.concurrency + 2) as client:
+    # receive, heartbeat, one per handler thread, the scheduler
+    with Client(config.dsn, min_size=1, max_size=config.concurrency + 3) as client:
         if tasks.client is None:
             tasks.set_client(client)  # tasks that enqueue tasks use the worker's pool
         worker = Worker(

@@ -83,7 +83,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
     stop waits for running handlers.
 
     The client's pool should have ``concurrency + 2`` connections (receive, heartbeat, one per
-    handler thread). Expired messages are swept by the client's own ``sweep_interval``.
+    handler thread), one more with periodic tasks (the scheduler). Expired messages are swept
+    by the client's own ``sweep_interval``.
     """
 
     default_concurrency = 4

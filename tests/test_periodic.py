@@ -170,3 +170,30 @@ def test_four_worker_processes_fire_each_tick_once(clean: str) -> None:
     ticks = sorted(per_tick)
     assert ticks[-1] - ticks[0] == timedelta(seconds=len(ticks) - 1)  # none missing
     assert procs is not None and procs[0] >= 2, "the runs went to more than one process"
+
+
+def test_the_async_worker_fires_schedules_too(clean: str) -> None:
+    import asyncio
+
+    reg = Registry()
+    runs: list[str] = []
+
+    async def beat() -> None:
+        runs.append(queue_pg.current_job().message.attributes["tick"])
+
+    Task(beat, queue="aticks", name="beat", registry=reg, schedule="* * * * * *", create=True)
+
+    async def main() -> None:
+        async with queue_pg.AsyncClient(clean, sweep_interval=None) as ac:
+            worker = queue_pg.AsyncWorker(ac, "aticks", reg, wait=1)
+            run = asyncio.create_task(worker.run(signals=()))
+            for _ in range(200):
+                if len(runs) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await run
+            assert [s.schedule for s in await ac.schedules()] == ["beat"]
+
+    asyncio.run(main())
+    assert len(runs) >= 2 and len(set(runs)) == len(runs)
