@@ -128,12 +128,19 @@ def test_task_schedules_and_periodic_registrations() -> None:
         periodic(u, "0 3 * * *", name="u-2", args=(1,), missed="sometimes")
 
 
-def test_four_worker_processes_fire_each_tick_once(clean: str) -> None:
+def test_four_worker_processes_fire_each_tick_once(clean: str,
+                                                   request: pytest.FixtureRequest) -> None:
     """4 worker processes race for an every-second schedule for several seconds; each tick's
     run is recorded by the task itself and counted: exactly one per tick, none missing."""
     with psycopg.connect(clean, autocommit=True) as c:
         c.execute("DROP TABLE IF EXISTS periodic_runs")
         c.execute("CREATE TABLE periodic_runs (tick timestamptz, pid integer)")
+
+    def drop() -> None:  # the run's database is shared by later tests
+        with psycopg.connect(clean, autocommit=True) as c:
+            c.execute("DROP TABLE IF EXISTS periodic_runs")
+
+    request.addfinalizer(drop)
     env = {**os.environ, "QUEUE_PG_DSN": clean,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / f"periodic_{os.getpid()}.log").open("w+b")
@@ -197,3 +204,13 @@ def test_the_async_worker_fires_schedules_too(clean: str) -> None:
 
     asyncio.run(main())
     assert len(runs) >= 2 and len(set(runs)) == len(runs)
+
+
+def test_schedule_bounds_name_the_parameter_and_range(client: queue_pg.Client) -> None:
+    client.create_queue("q")
+    with pytest.raises(queue_pg.InvalidParameter, match="catch_up = 1001 is out of range: allowed 0 to 1000 ticks"):
+        client.set_schedule("s", "q", "* * * * *", {}, catch_up=1001)
+    with pytest.raises(queue_pg.InvalidParameter, match="grace = 7200 is out of range: allowed 0 to 3600"):
+        client.set_schedule("s", "q", "* * * * *", {}, grace=7200)
+    with pytest.raises(InvalidSchedule, match="name = 'a b' is invalid"):
+        client.set_schedule("a b", "q", "* * * * *", {})

@@ -184,8 +184,8 @@ BEGIN
             MESSAGE = format('missed = %s is invalid: allowed skip, catch_up',
                              coalesce(quote_literal(left(missed, 100)), 'NULL'));
     END IF;
-    PERFORM queue_pg._check('catch_up', catch_up, 0, 1000);
-    PERFORM queue_pg._check('grace', grace, 0, 86400);
+    PERFORM queue_pg._check('catch_up', catch_up, 0, 1000, 'ticks');
+    PERFORM queue_pg._check('grace', grace, 0, 3600);
     IF body IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'body = NULL is invalid: allowed a JSON value';
     END IF;
@@ -260,10 +260,14 @@ BEGIN
         END LOOP;
         IF t IS NOT NULL AND t <= n THEN
             t := queue_pg._cron_next(s.cron, s.tz, n - queue_pg._seconds(s.grace) - interval '1 microsecond');
-            WHILE t IS NOT NULL AND t <= n LOOP
+            FOR i IN 1..10000 LOOP
+                EXIT WHEN t IS NULL OR t > n;
                 ticks := ticks || t;
                 t := queue_pg._cron_next(s.cron, s.tz, t);
             END LOOP;
+            IF t IS NOT NULL AND t <= n THEN  -- still more: at most 20,000 ticks looked at a firing
+                t := queue_pg._cron_next(s.cron, s.tz, n);
+            END IF;
         END IF;
         -- keep the ticks within the grace period and the latest `catch_up` late ones
         late := (SELECT count(*) FROM unnest(ticks) x WHERE x < n - queue_pg._seconds(s.grace));
