@@ -16,7 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
+from queue_pg import joblog
+from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
+from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
@@ -54,6 +57,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
     def _setup(self) -> None:
         self._running: dict[asyncio.Task[None], AsyncJob] = {}
         self._wake: asyncio.Event | None = None
+        self._scheduler = Scheduler(self._registry, self.settings.queues)
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` returns after the graceful stop. Call it in the loop."""
@@ -70,6 +74,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     async def run(self, *, signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
         """Receive and handle until :meth:`stop` or one of ``signals`` (main thread only)."""
+        await run_plan(self.client, ensure_queues(self._registry, self.queues))
         await run_plan(self.client, self._rounds.leases())
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -81,10 +86,13 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                     installed.append(sig)
         logger.info("ready: %s; %d task(s), lease %s", ", ".join(self.settings.queues),
                     self.settings.concurrency, per_queue(self.settings.leases))
+        scheduling = asyncio.create_task(self._schedule()) if self._scheduler else None
         try:
             try:
                 await self._loop()
             finally:
+                if scheduling is not None:
+                    scheduling.cancel()
                 await self._drain()
         finally:
             for sig in installed:
@@ -106,6 +114,13 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), pause)
 
+    async def _schedule(self) -> None:
+        """Fire the due ticks of the schedules of this worker's queues (queue_pg.periodic)."""
+        assert self._wake is not None
+        while not self._stop_requested:
+            pause = await run_plan(self.client, self._scheduler.round())
+            await asyncio.sleep(pause)
+
     def _start(self, message: Message) -> None:
         job = AsyncJob(self.client, message, self.settings.leases[message.queue])
         task = asyncio.create_task(self._handle(job), name=f"queue_pg-job-{message.id}")
@@ -123,6 +138,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         ended = asyncio.Event()
         beating = asyncio.create_task(self._heartbeat(job, ended))
         exc: BaseException | None = None
+        at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
@@ -139,6 +155,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             exc.__cause__ = e
         except Exception as e:
             exc = e
+        joblog.finished(job, exc, at, self.job_log_level)
         ended.set()  # a beat in progress completes first: the settle below has the last word
         await beating
         plan = settle(job, exc, self.settings.backoff_for(job))

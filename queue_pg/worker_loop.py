@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from queue_pg import outage
+from queue_pg import joblog, outage
 from queue_pg.backoff import Backoff
 from queue_pg.errors import InvalidParameter, OverLimit, QueueNotFound
 from queue_pg.jobs import BaseJob, Reject
@@ -263,8 +263,14 @@ class WorkerBase(Generic[C, H]):
         grace_period: Seconds = 30.0,
         wait: Seconds = 20,
         backoff: Backoff | Mapping[str, Backoff] | None = None,
+        job_log_level: int | str | None = None,
     ) -> None:
         self.client = client
+        # task B (issue 16): each job's start and finish logged at this level (queue_pg.joblog);
+        # the queues of max_running tasks are polled with their tasks' queues
+        self.job_log_level = joblog.level_of(job_log_level)
+        if isinstance(handler, Registry):
+            queues = handler.with_limited([queues] if isinstance(queues, str) else queues)
         self.settings = WorkerOptions.check(
             queues, self.default_concurrency if concurrency is None else concurrency,
             batch_size, visibility_timeout, heartbeat_interval, grace_period, wait, backoff)

@@ -155,7 +155,7 @@ def test_group_roles_exist_and_nothing_is_public(conn: psycopg.Connection[Any]) 
         [list(GROUPS)],
     ).fetchall()
     views = ["dead_letters", "in_flight_messages", "processing_times", "queue_stats",
-             "timeout_advice", "tuning_log"]
+             "schedules", "timeout_advice", "tuning_log"]
     assert rel_grants == sorted(
         [("message_history", ADMIN, "SELECT")]
         + [(v, g, "SELECT") for v in views for g in (ADMIN, CONSUMER, PRODUCER)]
@@ -311,9 +311,10 @@ def test_no_grant_no_bodies_through_tables_or_views(
     assert "queue_stats" in views
     # no view of ours has a column that could carry a body or attributes: its text columns are
     # names, the type (history keeps it too), figures' labels, and a dead letter's reason and
-    # error (bounded excerpts a consumer wrote for whoever reads the dead-letter queue)
+    # error (bounded excerpts a consumer wrote for whoever reads the dead-letter queue), and a
+    # schedule's name, cron expression, time zone and missed-ticks policy
     named = {"queue", "source_queue", "dead_letter_queue", "type", "scope", "confidence", "why",
-             "reason", "last_error"}
+             "reason", "last_error", "schedule", "cron", "tz", "missed"}
     json_columns = conn.execute(
         "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " WHERE c.relnamespace = 'queue_pg'::regnamespace AND c.relkind IN ('v', 'm')"

@@ -247,3 +247,47 @@ def test_migration_reverses_and_reapplies(project: str) -> None:
     assert [r[0] for r in query(project, "SELECT name FROM queue_pg.queues ORDER BY name")] == [
         "welcome", "welcome-dlq"
     ]
+
+
+def test_async_tasks_run_between_connection_checks(
+    client: queue_pg.Client, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``async def`` task run by the AsyncWorker gets Django's connection handling around it
+    (close_old_connections before and after, off the event loop), as a plain one does."""
+    import asyncio
+    import threading
+
+    import django.db
+
+    calls: list[str] = []
+    real = django.db.close_old_connections
+
+    def spy(**kwargs: Any) -> None:
+        calls.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        real(**kwargs)
+
+    monkeypatch.setattr(django.db, "close_old_connections", spy)
+    seen: list[int] = []
+
+    async def probe() -> None:
+        seen.append(len(calls))
+
+    task = queue_pg.task(queue="welcome", name="probe_async")(probe)
+
+    async def main() -> None:
+        async with queue_pg.AsyncClient(project, sweep_interval=None) as ac:
+            await ac.send("welcome", task.envelope([], {}), attributes={"type": task.name})
+            worker = queue_pg.AsyncWorker(ac, "welcome", registry, wait=1)
+            run = asyncio.create_task(worker.run(signals=()))
+            for _ in range(200):
+                if seen and len(calls) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await run
+
+    try:
+        asyncio.run(main())
+    finally:
+        registry.tasks.pop("probe_async", None)
+    assert seen == [1] and calls == ["thread", "thread"]

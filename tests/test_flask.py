@@ -209,3 +209,37 @@ def test_worker_command_runs_the_jobs(
     assert proc.returncode == 0, out.decode()
     assert b"worker processes exited with [0, 0]" in out
     assert b"succeeded=" in out and b"rejected=0" in out
+
+
+def test_async_tasks_run_in_the_app_context(app: Flask, example: tuple[ModuleType, Flask, str]
+                                            ) -> None:
+    """An ``async def`` task run by the AsyncWorker sees the app, as a plain one does."""
+    import asyncio
+
+    db = example[2]
+    seen: list[str] = []
+
+    async def probe() -> None:
+        from flask import current_app
+
+        seen.append(current_app.name)
+
+    task = queue_pg.task(queue="welcome", name="probe_async")(probe)
+
+    async def main() -> None:
+        async with queue_pg.AsyncClient(db, sweep_interval=None) as ac:
+            await ac.send("welcome", task.envelope([], {}), attributes={"type": task.name})
+            worker = queue_pg.AsyncWorker(ac, "welcome", registry, wait=1)
+            run = asyncio.create_task(worker.run(signals=()))
+            for _ in range(200):
+                if seen:
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await run
+
+    try:
+        asyncio.run(main())
+    finally:
+        registry.tasks.pop("probe_async", None)
+    assert seen == [app.name]

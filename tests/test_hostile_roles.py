@@ -392,3 +392,29 @@ def test_a_long_queue_name_is_not_echoed_whole(world: World) -> None:
         with pytest.raises(QueueError) as info:
             world.run(role, query, "n" * 1_000_000)
         assert len(str(info.value)) < 400
+
+
+def test_a_limited_role_cannot_set_or_move_schedules_of_queues_it_does_not_manage(
+    world: World,
+) -> None:
+    """Schedules: set and drop need manage; fire fires only what the caller may send to; the
+    view shows only the queues it has a grant on. A producer of 'mine' cannot plant a flood on
+    'theirs', stall another queue's schedule, or read its body."""
+    w = world
+    w.admin.set_schedule("theirs-tick", THEIRS, "* * * * *", {"secret": 1})
+    w.admin.set_schedule("mine-tick", MINE, "* * * * *", {"ok": 1})
+    with pytest.raises(AccessDenied, match="needs privilege manage"):
+        w.run(w.producer, "SELECT * FROM queue_pg.set_schedule('flood', %s, '* * * * * *', '{}')",
+              THEIRS)
+    with pytest.raises(AccessDenied, match="needs privilege manage"):
+        w.run(w.producer, "SELECT * FROM queue_pg.set_schedule('mine-tick', %s, '* * * * * *', '{}')",
+              MINE)
+    with pytest.raises(AccessDenied):
+        w.run(w.producer, "SELECT queue_pg.drop_schedule('theirs-tick')")
+    w.owner.execute("UPDATE queue_pg.periodic SET next_run = now() - interval '1 second'")
+    fired = w.run(w.producer, "SELECT schedule FROM queue_pg.fire_schedules()")
+    assert fired == [("mine-tick",)]
+    assert w.run(w.producer, "SELECT schedule FROM queue_pg.schedules") == [("mine-tick",)]
+    assert w.count("SELECT count(*) FROM queue_pg.periodic WHERE next_run <= now()") == 1
+    with pytest.raises(AccessDenied):
+        w.run(w.producer, "SELECT * FROM queue_pg.periodic")

@@ -157,6 +157,17 @@ BEGIN
     IF cardinality(ids) = 0 THEN
         RETURN;
     END IF;
+    -- task B (issue 16): a queue's start rate (sql/api/53_task_limits.sql); queues without one
+    -- skip this (their options have no rate_limit). Claimed rows past the rate stay untouched.
+    IF q.options ? 'rate_limit' THEN
+        ids := ids[1:queue_pg._rate_take(q.id, cardinality(ids), n)];
+        IF cardinality(ids) = 0 THEN
+            IF undo_fruitless THEN
+                RAISE EXCEPTION USING ERRCODE = 'QP900', MESSAGE = 'fruitless claim attempt';
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
 
     key := queue_pg._key();
     RETURN QUERY

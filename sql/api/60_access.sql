@@ -135,6 +135,7 @@ ALTER VIEW queue_pg.dead_letters SET (security_barrier = true);
 ALTER VIEW queue_pg.processing_times SET (security_barrier = true);
 ALTER VIEW queue_pg.timeout_advice SET (security_barrier = true);
 ALTER VIEW queue_pg.tuning_log SET (security_barrier = true);
+ALTER VIEW queue_pg.schedules SET (security_barrier = true);
 
 -- Every function, on every apply. Entry points (what other roles may call, and what a view calls
 -- as its reader) run as the owner (SECURITY DEFINER) with search_path pinned to pg_catalog, so a
@@ -155,7 +156,8 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure AS sig, p.proname::text AS name,
                (p.proname !~ '^_' OR p.proname IN ('_receive', '_stat_counter', '_sees', '_queue_stats',
-                                                    '_in_flight_messages', '_dead_letters', '_tuning_log')) AS entry,
+                                                    '_in_flight_messages', '_dead_letters', '_tuning_log',
+                                                    '_schedules')) AS entry,
                CASE
                    WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
@@ -168,7 +170,10 @@ BEGIN
                                       '_in_flight_messages', '_dead_letters', '_tuning_log',
                                       'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
                                       'add_route', 'drop_route', 'list_routes', 'split',
-                                      'queue_overview')
+                                      'queue_overview',
+                                      -- periodic tasks (52_periodic.sql)
+                                      'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
+                                      'set_rate_limit')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to
@@ -195,7 +200,8 @@ BEGIN
         EXECUTE format('GRANT USAGE ON SCHEMA queue_pg TO %I', g);
         -- the views show each reader only the queues it has a grant on (_sees), and no bodies
         EXECUTE format('GRANT SELECT ON queue_pg.queue_stats, queue_pg.in_flight_messages, queue_pg.dead_letters,'
-                       ' queue_pg.processing_times, queue_pg.timeout_advice, queue_pg.tuning_log TO %I', g);
+                       ' queue_pg.processing_times, queue_pg.timeout_advice, queue_pg.tuning_log,'
+                       ' queue_pg.schedules TO %I', g);
     END LOOP;
     IF 'queue_pg_admin' = ANY (have) THEN
         GRANT SELECT ON queue_pg.message_history TO queue_pg_admin;

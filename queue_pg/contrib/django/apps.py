@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from django.apps import AppConfig
@@ -23,7 +23,7 @@ class QueuePGConfig(AppConfig):
         settings = conf.get()
         if settings.atomic:
             registry.connection = connection
-        registry.set_job_context("django", _job_context)
+        registry.set_job_context("django", _job_context, _async_job_context)
         post_migrate.connect(_sync_queues, sender=self, dispatch_uid="queue_pg.sync_queues")
 
 
@@ -52,3 +52,17 @@ def _sync_queues(sender: AppConfig, using: str = "default", **kwargs: Any) -> No
     conn = connection(using)
     if installed(conn):
         ensure_queues(conn, settings.queues)
+
+
+@asynccontextmanager
+async def _async_job_context() -> AsyncIterator[None]:
+    """The same around an ``async def`` task, as Django's ASGI handler does it: in its thread
+    for sync code (``sync_to_async``), not in the event loop."""
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    await sync_to_async(close_old_connections)()
+    try:
+        yield
+    finally:
+        await sync_to_async(close_old_connections)()
