@@ -17,6 +17,7 @@ from queue_pg.client import Client
 from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
     AccessDenied,
+    GroupRequired,
     InvalidParameter,
     InvalidReceipt,
     LeaseLimitExceeded,
@@ -52,6 +53,7 @@ except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
 
 __all__ = [
     "AccessDenied",
+    "GroupRequired",
     "AsyncClient",
     "AsyncJob",
     "AsyncWorker",

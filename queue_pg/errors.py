@@ -20,6 +20,7 @@ from psycopg.errors import Diagnostic
 __all__ = [
     "SQLSTATE_ERRORS",
     "AccessDenied",
+    "GroupRequired",
     "InvalidParameter",
     "InvalidReceipt",
     "LeaseLimitExceeded",
@@ -103,6 +104,10 @@ class QueueInUse(QueueError):
     """drop_queue of a queue that is another queue's dead_letter_queue (QP010)."""
 
 
+class GroupRequired(InvalidParameter):
+    """A send to a FIFO queue without a ``group`` (QP030)."""
+
+
 class AccessDenied(QueueError):
     """The caller may not do this (QP011): no grant on the queue, or not in the group role.
 
@@ -182,6 +187,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP009": MessageNotFound,
     "QP010": QueueInUse,
     "QP011": AccessDenied,
+    "QP030": GroupRequired,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire
