@@ -53,7 +53,6 @@ except _metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
 
 __all__ = [
     "AccessDenied",
-    "GroupRequired",
     "AsyncClient",
     "AsyncJob",
     "AsyncWorker",
@@ -61,6 +60,7 @@ __all__ = [
     "Client",
     "DeleteResult",
     "Grant",
+    "GroupRequired",
     "InvalidParameter",
     "InvalidReceipt",
     "Job",

@@ -49,13 +49,13 @@ def test_batches_interleave_groups_and_keep_each_groups_order(client: Client) ->
 
 def test_a_group_is_required_and_checked(client: Client) -> None:
     client.create_queue("f", fifo=True)
-    with pytest.raises(GroupRequired, match="group = NULL.*FIFO"):
+    with pytest.raises(GroupRequired, match=r"group = NULL.*FIFO"):
         client.send("f", {})
     with pytest.raises(GroupRequired, match=r"group\[1\] = NULL"):
         client.send_batch("f", [{}, {}], group=["a", None])
     with pytest.raises(InvalidParameter, match="group = '' is invalid: allowed 1 to 128"):
         client.send("f", {}, group="")
-    with pytest.raises(InvalidParameter, match="group = 'x+'\\.\\.\\. is invalid"):
+    with pytest.raises(InvalidParameter, match=r"group = 'x+'\.\.\. is invalid"):
         client.send("f", {}, group="x" * 200)
     with pytest.raises(InvalidParameter, match=r"len\(group\) = 1 is invalid"):
         client.send_batch("f", [{}, {}], group=["a"])

@@ -25,8 +25,10 @@ def downgrade() -> None:
     run_sql(
         """
         DROP TRIGGER IF EXISTS messages_fifo_gone ON queue_pg.messages;
-        DROP FUNCTION IF EXISTS queue_pg._fifo_gone(), queue_pg._fifo_advance(integer, text, bigint, timestamptz),
-            queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz, double precision),
+        DROP FUNCTION IF EXISTS queue_pg._fifo_gone(),
+            queue_pg._fifo_advance(integer, text, bigint, timestamptz),
+            queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz,
+                                double precision),
             queue_pg._fifo_enter(integer, bigint[]),
             queue_pg._check_groups(queue_pg.queues, text[], double precision, integer),
             queue_pg._fair_claim(queue_pg.queues, integer, timestamptz);

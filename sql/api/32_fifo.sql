@@ -106,18 +106,21 @@ BEGIN
         RETURN;
     END IF;
     n := coalesce(n, queue_pg._now());
-    SELECT m.id INTO nxt FROM queue_pg.messages m
-    WHERE m.queue_id = _fifo_advance.queue_id AND m.group_id = _fifo_advance.group_id
-      AND m.visible_at = 'infinity' AND (m.expires_at IS NULL OR m.expires_at > n)
-    ORDER BY m.id LIMIT 1;
-    IF nxt IS NULL THEN
-        DELETE FROM queue_pg.fifo_groups f
-        WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id;
-        RETURN;
-    END IF;
-    UPDATE queue_pg.messages m SET visible_at = greatest(n, m.enqueued_at + queue_pg._seconds(q.delay))
-    FROM queue_pg.queues q
-    WHERE m.id = nxt AND q.id = _fifo_advance.queue_id;
+    LOOP  -- again when the chosen one went meanwhile (a purge or sweep committing)
+        SELECT m.id INTO nxt FROM queue_pg.messages m
+        WHERE m.queue_id = _fifo_advance.queue_id AND m.group_id = _fifo_advance.group_id
+          AND m.visible_at = 'infinity' AND (m.expires_at IS NULL OR m.expires_at > n)
+        ORDER BY m.id LIMIT 1;
+        IF nxt IS NULL THEN
+            DELETE FROM queue_pg.fifo_groups f
+            WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id;
+            RETURN;
+        END IF;
+        UPDATE queue_pg.messages m SET visible_at = greatest(n, m.enqueued_at + queue_pg._seconds(q.delay))
+        FROM queue_pg.queues q
+        WHERE m.id = nxt AND q.id = _fifo_advance.queue_id AND m.visible_at = 'infinity';
+        EXIT WHEN FOUND;
+    END LOOP;
     UPDATE queue_pg.fifo_groups f SET head = nxt
     WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id;
 END $$;
@@ -175,7 +178,9 @@ END $$;
 -- rest fill the batch oldest first.
 CREATE OR REPLACE FUNCTION queue_pg._fair_claim(q queue_pg.queues, want integer, n timestamptz)
 RETURNS TABLE (id bigint, receive_count integer, released boolean, visible_at timestamptz)
-LANGUAGE plpgsql AS $$
+-- Its sort of a few candidates is wanted (_claim turns sorts off); their penalty cost would
+-- make the planner JIT-compile this query on every call (0.3 s).
+LANGUAGE plpgsql SET enable_sort = on SET jit = off AS $$
 DECLARE
     tried bigint[] := '{}';
     got bigint[] := '{}';

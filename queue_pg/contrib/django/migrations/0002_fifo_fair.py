@@ -7,8 +7,9 @@ class Migration(migrations.Migration):
     dependencies = [("queue_pg", "0001_initial")]
 
     operations = [
-        migrations.AddField(model_name="queue", name="fifo", field=models.BooleanField(default=False),
-                            preserve_default=False),
-        migrations.AddField(model_name="queue", name="fair", field=models.BooleanField(default=False),
-                            preserve_default=False),
+        migrations.AddField(
+            model_name="queue", name=name, field=models.BooleanField(default=False),
+            preserve_default=False,
+        )
+        for name in ("fifo", "fair")
     ]
