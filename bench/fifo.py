@@ -94,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class QueueFigures:
     receive: LatencySummary  #: client latency of receive(max_messages) alone
+    delete: LatencySummary  #: of the delete_batch after it (on FIFO: the next heads made visible)
     messages_per_receive: float
     server_p50_ms: float  #: Execution Time of queue_pg.receive, EXPLAIN ANALYZE, rolled back
     server_buffers: dict[str, int]  #: of the median run
@@ -136,10 +137,11 @@ def _prepare(dsn: str, p: Params, log: Callable[[str], None]) -> dict[str, float
     return timings
 
 
-def _client_loop(dsn: str, p: Params) -> dict[str, tuple[list[float], int]]:
+def _client_loop(dsn: str, p: Params) -> dict[str, tuple[list[float], list[float], int]]:
     from queue_pg import Client
 
     times: dict[str, list[float]] = {q: [] for q in QUEUES}
+    deletes: dict[str, list[float]] = {q: [] for q in QUEUES}
     got = dict.fromkeys(QUEUES, 0)
     with Client(dsn, min_size=1, max_size=1, sweep_interval=None) as client:
 
@@ -152,6 +154,7 @@ def _client_loop(dsn: str, p: Params) -> dict[str, tuple[list[float], int]]:
                 client.delete_batch(queue, receipts)
             if record:
                 times[queue].append(t1 - t0)
+                deletes[queue].append(time.perf_counter() - t1)
                 got[queue] += len(msgs)
 
         for queue in QUEUES:
@@ -166,7 +169,7 @@ def _client_loop(dsn: str, p: Params) -> dict[str, tuple[list[float], int]]:
                     once(queue, record=True)
             done += n
             turn += 1
-    return {q: (times[q], got[q]) for q in QUEUES}
+    return {q: (times[q], deletes[q], got[q]) for q in QUEUES}
 
 
 def _server_side(dsn: str, p: Params, queue: str) -> tuple[float, dict[str, int]]:
@@ -197,9 +200,9 @@ def run(args: argparse.Namespace) -> int:
         figures = {}
         for q in QUEUES:
             server_ms, buffers = _server_side(dsn, p, q)
-            lat, n = loop[q]
-            figures[q] = QueueFigures(LatencySummary.of(lat), n / max(1, len(lat)), server_ms,
-                                      buffers)
+            lat, dels, n = loop[q]
+            figures[q] = QueueFigures(LatencySummary.of(lat), LatencySummary.of(dels),
+                                      n / max(1, len(lat)), server_ms, buffers)
     ratio = figures[MANY].receive.p50_ms / figures[PLAIN].receive.p50_ms
     result: dict[str, Any] = {
         "scenario": "fifo",
@@ -226,7 +229,7 @@ def _markdown(result: dict[str, Any], p: Params, figures: dict[str, QueueFigures
              PLAIN: "standard queue"}
     rows = [
         (label[q], f"{f.receive.p50_ms:.3f}", f"{f.receive.p90_ms:.3f}", f"{f.receive.p99_ms:.3f}",
-         f"{f.messages_per_receive:.1f}", f"{f.server_p50_ms:.3f}",
+         f"{f.messages_per_receive:.1f}", f"{f.delete.p50_ms:.3f}", f"{f.server_p50_ms:.3f}",
          f.server_buffers.get("hit", 0) + f.server_buffers.get("read", 0))
         for q, f in figures.items()
     ]
@@ -238,9 +241,9 @@ def _markdown(result: dict[str, Any], p: Params, figures: dict[str, QueueFigures
         " rolled back.",
         "",
         markdown_table(
-            ["queue", "client p50 ms", "p90 ms", "p99 ms", "messages / receive",
-             "server p50 ms", "buffers"],
-            rows, "lrrrrrr"),
+            ["queue", "receive p50 ms", "p90 ms", "p99 ms", "messages / receive",
+             "delete_batch p50 ms", "server receive p50 ms", "buffers"],
+            rows, "lrrrrrrr"),
         "",
         f"FIFO with {p.groups:,} groups / standard queue, client p50: {ratio:.2f}x",
         "",

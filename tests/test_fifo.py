@@ -161,3 +161,35 @@ def test_groups_on_a_standard_queue_change_nothing(client: Client) -> None:
     client.send_batch("s", [1, 2, 3], group="g")
     client.send("s", 4, group="g", delay=0)
     assert bodies(client.receive("s", 10)) == [1, 2, 3, 4]
+
+
+def test_the_cli_creates_fifo_queues_and_sends_groups(clean: str) -> None:
+    from tests.test_cli import receive_json, run
+
+    run(clean, "create", "f", "--fifo")
+    refused = run(clean, "send", "f", "1", code=1)
+    assert refused.stderr.splitlines()[-1].startswith("error: group = NULL is invalid")
+    run(clean, "send", "f", "-", "--group", "g", input="1\n2\n")
+    assert [m["body"] for m in receive_json(clean, "f", "-n", "10")] == [1]
+
+
+def test_moves_between_queues_go_through_fifo_moved(client: Client,
+                                                    conn: psycopg.Connection) -> None:
+    """The hook a mover of messages (redrive) calls: the source group moves on, and the moved
+    message joins its group in a FIFO destination behind what waits there."""
+    client.create_queue("a", fifo=True)
+    client.create_queue("b", fifo=True)
+    client.send_batch("a", ["a1", "a2"], group="g")
+    client.send("b", "b1", group="g")
+    conn.execute("""
+        WITH m AS (
+            UPDATE queue_pg.messages m SET queue_id = b.id, visible_at = now()
+            FROM queue_pg.queues b WHERE b.name = 'b' AND m.body = '"a1"' RETURNING m.id
+        )
+        SELECT queue_pg._fifo_moved(a.id, b.id, array(SELECT id FROM m))
+        FROM queue_pg.queues a, queue_pg.queues b WHERE a.name = 'a' AND b.name = 'b'""")
+    assert bodies(client.receive("a", 10)) == ["a2"]
+    [b1] = client.receive("b", 10)
+    assert b1.body == "b1"
+    client.delete("b", b1.receipt)
+    assert bodies(client.receive("b", 10)) == ["a1"]

@@ -30,6 +30,7 @@ def downgrade() -> None:
             queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz,
                                 double precision),
             queue_pg._fifo_enter(integer, bigint[]),
+            queue_pg._fifo_moved(integer, integer, bigint[], timestamptz),
             queue_pg._check_groups(queue_pg.queues, text[], double precision, integer),
             queue_pg._fair_claim(queue_pg.queues, integer, timestamptz);
         DROP INDEX queue_pg.messages_group;

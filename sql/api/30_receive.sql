@@ -22,13 +22,11 @@ BEGIN
         RETURNING t.*
     LOOP
         PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
-        IF q.fifo AND moved.group_id IS NOT NULL THEN  -- the group moves on (sql/api/32_fifo.sql)
-            PERFORM queue_pg._fifo_advance(q.id, moved.group_id, moved.id, n);
-        END IF;
         cnt := cnt + 1;
     END LOOP;
-    PERFORM queue_pg._fifo_enter(d.id, ids) FROM queue_pg.queues d
-    WHERE d.name = q.dead_letter_queue AND d.fifo AND cnt > 0;
+    -- FIFO groups on either side move on (sql/api/32_fifo.sql)
+    PERFORM queue_pg._fifo_moved(q.id, d.id, ids, n) FROM queue_pg.queues d
+    WHERE d.name = q.dead_letter_queue AND (q.fifo OR d.fifo) AND cnt > 0;
     key := queue_pg._key();
     PERFORM pg_notify(queue_pg._channel(d.id, key), '') FROM queue_pg.queues d
     WHERE d.name = q.dead_letter_queue AND cnt > 0;

@@ -139,6 +139,22 @@ CREATE OR REPLACE TRIGGER messages_fifo_gone AFTER DELETE ON queue_pg.messages
 FOR EACH ROW WHEN (OLD.group_id IS NOT NULL AND OLD.visible_at < 'infinity')
 EXECUTE FUNCTION queue_pg._fifo_gone();
 
+-- Messages `ids` just moved (same ids, UPDATE of queue_id) from queue `src` to queue `dst`: the
+-- groups they headed in `src` move on, and in `dst` they join their groups. Whatever moves
+-- messages between queues calls it when either queue is FIFO (dead letters do; redrive must).
+CREATE OR REPLACE FUNCTION queue_pg._fifo_moved(src integer, dst integer, ids bigint[],
+                                                n timestamptz DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM queue_pg._fifo_advance(src, m.group_id, m.id, n)
+    FROM queue_pg.messages m
+    WHERE m.id = ANY (ids) AND m.queue_id = dst AND m.group_id IS NOT NULL
+    ORDER BY m.group_id;
+    IF (SELECT q.fifo FROM queue_pg.queues q WHERE q.id = dst) THEN
+        PERFORM queue_pg._fifo_enter(dst, ids);
+    END IF;
+END $$;
+
 -- Messages `ids` just moved into FIFO queue `queue_id` (a dead letter into a FIFO dead-letter
 -- queue; a redrive into a FIFO queue): each joins its group behind the messages there. A group
 -- without a head gets the lowest of them as head; the rest wait. Ungrouped ones are left as they
