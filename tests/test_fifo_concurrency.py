@@ -23,7 +23,7 @@ from itertools import pairwise
 import psycopg
 import pytest
 
-from queue_pg import Client, StaleReceipt
+from queue_pg import Client, MessageNotFound, StaleReceipt
 
 LEASE = 0.4
 GROUPS = 12
@@ -68,7 +68,8 @@ def consume(client: Client, queue: str, seed: int) -> Tally:
             if roll < 0.05:  # "crash": the lease lapses
                 continue
             if roll < 0.10:  # give it back
-                with contextlib.suppress(StaleReceipt):
+                # a stall past the lease: someone else has it (stale) or deleted it (gone)
+                with contextlib.suppress(StaleReceipt, MessageNotFound):
                     lease.end = client.change_visibility(queue, lease.receipt, 0)
                 continue
             with contextlib.suppress(StaleReceipt):
