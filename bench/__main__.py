@@ -16,6 +16,7 @@ from bench import (
     Scenario,
     client_cpu,
     cycle,
+    fifo,
     latency,
     leased_head,
     run_all,
@@ -38,6 +39,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     soak.SCENARIO,
     tuning.SCENARIO,
     spark.SCENARIO,
+    fifo.SCENARIO,
 )
 
 

@@ -17,6 +17,7 @@ from queue_pg.client import Client
 from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
     AccessDenied,
+    GroupRequired,
     InvalidParameter,
     InvalidReceipt,
     InvalidSchedule,
@@ -60,6 +61,7 @@ __all__ = [
     "Client",
     "DeleteResult",
     "Grant",
+    "GroupRequired",
     "InvalidParameter",
     "InvalidReceipt",
     "InvalidSchedule",

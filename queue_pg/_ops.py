@@ -80,6 +80,8 @@ _SETTING_TYPES: dict[str, str] = {
     "in_flight_limit": "int",
     "history": "bool",
     "history_retention": "float8",
+    "fifo": "bool",
+    "fair": "bool",
 }
 SETTINGS: frozenset[str] = frozenset(_SETTING_TYPES)
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {
@@ -167,13 +169,14 @@ def send(
     ttl: Seconds | None = None,
     attributes: Mapping[str, Any] | None = None,
     debounce: bool = False,
+    group: str | None = None,
 ) -> Call[int]:
     """``debounce``: the send commits at once (the client's own connection), so SQL may skip
     a NOTIFY that another went out just before (see queue_pg._wake)."""
     return Call(
         "select queue_pg.send(%(queue)s, %(body)s::jsonb, delay => %(delay)s::float8,"
         " ttl => %(ttl)s::float8, attributes => %(attributes)s::jsonb,"
-        " debounce => %(debounce)s::boolean) as result",
+        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text) as result",
         {
             "queue": text(queue, "queue"),
             "body": Jsonb(body),
@@ -181,6 +184,7 @@ def send(
             "ttl": seconds_or_none(ttl, "ttl"),
             "attributes": _jsonb(attributes),
             "debounce": debounce,
+            "group": None if group is None else text(group, "group"),
         },
         as_int,
     )
@@ -193,9 +197,11 @@ def send_batch(
     ttl: Seconds | None = None,
     attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     debounce: bool = False,
+    group: str | Sequence[str | None] | None = None,
 ) -> Call[list[int]]:
     """``attributes`` is one mapping for every message, or a list parallel to ``bodies`` (SQL
-    checks the lengths match). ``debounce`` as for :func:`send`."""
+    checks the lengths match); so is ``group``, one name or a list. ``debounce`` as for
+    :func:`send`."""
     # One jsonb array each, unpacked in SQL: psycopg dumps a list of Jsonb as a text[] literal
     # element by element, which dominated the client's time on large batches.
     body_list = list(_iterable(bodies, "bodies"))
@@ -206,6 +212,13 @@ def send_batch(
         attrs = [attributes] * len(body_list)
     else:
         attrs = list(_iterable(attributes, "attributes"))
+    groups: list[str | None] | None
+    if group is None:
+        groups = None
+    elif isinstance(group, str):
+        groups = [group] * len(body_list)
+    else:
+        groups = [None if g is None else text(g, "group") for g in _iterable(group, "group")]
     return Call(
         "select s.id from queue_pg.send_batch(%(queue)s,"
         " array(select e from jsonb_array_elements(%(bodies)s::jsonb) with ordinality a(e, i)"
@@ -214,7 +227,7 @@ def send_batch(
         " attributes => case when %(attributes)s::jsonb is not null then array("
         "select nullif(e, 'null') from jsonb_array_elements(%(attributes)s::jsonb)"
         " with ordinality a(e, i) order by i) end,"
-        " debounce => %(debounce)s::boolean)"
+        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text[])"
         " with ordinality as s(id, n) order by s.n",
         {
             "queue": text(queue, "queue"),
@@ -223,6 +236,7 @@ def send_batch(
             "ttl": seconds_or_none(ttl, "ttl"),
             "attributes": None if attrs is None else Jsonb(attrs),
             "debounce": debounce,
+            "group": groups,
         },
         ids,
     )

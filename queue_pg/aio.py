@@ -109,15 +109,19 @@ class AsyncClient(AsyncClientBase):
         delay: Seconds | None = None,
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        group: str | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> int:
         """Enqueue one message; returns its id. delay / ttl None = the queue's settings.
 
+        ``group``: the message group (1 to 128 characters), required on a FIFO queue, whose
+        groups are each delivered in send order, one message at a time; on a fair queue the
+        tenant the message belongs to. See docs/fifo.md.
         ``session``: a SQLAlchemy Session or Connection whose transaction the message joins
         (psycopg 3 driver), like ``conn`` does for a psycopg connection."""
         target = await _sqla.ajoin(conn, session)
-        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None)
+        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None, group=group)
         return await self._run(call, target)
 
     async def send_batch(
@@ -128,16 +132,19 @@ class AsyncClient(AsyncClientBase):
         delay: Seconds | None = None,
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        group: str | Sequence[str | None] | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> list[int]:
         """Enqueue many messages in one statement (all or none); ids in input order.
 
-        ``attributes``: one mapping for every message, or a list parallel to ``bodies``.
+        ``attributes``: one mapping for every message, or a list parallel to ``bodies``;
+        ``group`` likewise, one name or a list (see :meth:`send`).
         ``session``: as for :meth:`send`.
         """
         target = await _sqla.ajoin(conn, session)
-        call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None)
+        call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None,
+                               group=group)
         return await self._run(call, target)
 
     async def receive(

@@ -112,6 +112,8 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
         ("in_flight_limit", "-" if q.in_flight_limit is None else str(q.in_flight_limit)),
         ("history", "on" if q.history else "off"),
         ("history_retention", fmt_seconds(q.history_retention)),
+        ("fifo", "yes" if q.fifo else "no"),
+        ("fair", "yes" if q.fair else "no"),
     ]
 
 

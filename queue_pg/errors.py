@@ -20,6 +20,7 @@ from psycopg.errors import Diagnostic
 __all__ = [
     "SQLSTATE_ERRORS",
     "AccessDenied",
+    "GroupRequired",
     "InvalidParameter",
     "InvalidReceipt",
     "InvalidSchedule",
@@ -102,6 +103,10 @@ class MessageNotFound(QueueError):
 
 class QueueInUse(QueueError):
     """drop_queue of a queue that is another queue's dead_letter_queue (QP010)."""
+
+
+class GroupRequired(InvalidParameter):
+    """A send to a FIFO queue without a ``group`` (QP030)."""
 
 
 class AccessDenied(QueueError):
@@ -189,6 +194,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP010": QueueInUse,
     "QP011": AccessDenied,
     "QP025": InvalidSchedule,
+    "QP030": GroupRequired,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire

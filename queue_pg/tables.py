@@ -105,6 +105,8 @@ queues = Table(
     Column("tune_min", DOUBLE_PRECISION, nullable=False, server_default=text("1")),
     Column("tune_max", DOUBLE_PRECISION, nullable=True),
     Column("has_routes", Boolean, nullable=False, server_default=text("false")),
+    Column("fifo", Boolean, nullable=False, server_default=text("false")),
+    Column("fair", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("id", name="queues_pkey"),
     UniqueConstraint("name", name="queues_name_key"),
     CheckConstraint("name ~ '^[A-Za-z0-9_-]{1,80}$'", name="queues_name_check"),
@@ -114,6 +116,7 @@ queues = Table(
     CheckConstraint(
         "lease_policy IN ('fixed', 'per_type')", name="queues_lease_policy_check"
     ),
+    CheckConstraint("NOT (fifo AND fair)", name="queues_fifo_fair_check"),
 )
 
 in_flight = Table(
@@ -166,6 +169,10 @@ messages = Table(
     Index("messages_expiry", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
     Index(
         "messages_source", "source_queue_id", postgresql_where=text("source_queue_id IS NOT NULL")
+    ),
+    Index(
+        "messages_group", "queue_id", "group_id", "visible_at", "id",
+        postgresql_where=text("group_id IS NOT NULL"),
     ),
     postgresql_with={
         "fillfactor": "80",

@@ -143,6 +143,8 @@ class QueueConfig:
     in_flight_limit: int | None
     history: bool
     history_retention: float
+    fifo: bool
+    fair: bool
     created_at: datetime
 
 
@@ -209,3 +211,5 @@ class QueueSettings(TypedDict, total=False):
     in_flight_limit: int | None
     history: bool
     history_retention: Seconds
+    fifo: bool
+    fair: bool

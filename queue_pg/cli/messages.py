@@ -25,9 +25,10 @@ __all__ = ["COMMANDS"]
 @click.option("--ttl", type=Duration(), help="Expire after this long (default: the queue's).")
 @click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE",
               help="A message attribute (string); repeatable. `type` is kept in the history.")
+@click.option("--group", help="Message group: required on a FIFO queue; a fair queue's tenant.")
 @pass_state
 def send(state: State, queue: str, body: str, as_string: bool, delay: float | None,
-         ttl: float | None, attrs: tuple[str, ...]) -> None:
+         ttl: float | None, attrs: tuple[str, ...], group: str | None) -> None:
     """Send BODY to QUEUE and print its id.
 
     BODY is JSON ('{"a": 1}', 42, true) or else a string (hello). `-` reads stdin: one body a
@@ -39,10 +40,12 @@ def send(state: State, queue: str, body: str, as_string: bool, delay: float | No
                   for i, line in enumerate(sys.stdin.read().splitlines(), 1) if line.strip()]
         if not bodies:
             raise click.BadParameter("stdin holds no lines", param_hint="BODY")
-        ids = state.client.send_batch(queue, bodies, delay=delay, ttl=ttl, attributes=attributes)
+        ids = state.client.send_batch(queue, bodies, delay=delay, ttl=ttl, attributes=attributes,
+                                      group=group)
     else:
         value = parse_body(body, "BODY", string=as_string)
-        ids = [state.client.send(queue, value, delay=delay, ttl=ttl, attributes=attributes)]
+        ids = [state.client.send(queue, value, delay=delay, ttl=ttl, attributes=attributes,
+                                 group=group)]
     for message_id in ids:
         click.echo(message_id)
     err().print(f"[dim]sent {len(ids)} message{'s' * (len(ids) != 1)} to {escape(queue)}[/dim]")

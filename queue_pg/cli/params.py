@@ -81,6 +81,8 @@ SETTING_OPTIONS: tuple[tuple[str, Any, str], ...] = (
     ("in_flight_limit", int, "Cap on received-not-deleted messages."),
     ("history", bool, "Keep a row per finished message."),
     ("history_retention", Duration(), "How long history rows are kept."),
+    ("fifo", bool, "FIFO queue: each send names a group, delivered in order (set at create)."),
+    ("fair", bool, "Serve tenants (groups) with few messages in flight first."),
 )
 
 

@@ -55,6 +55,11 @@ BEGIN
         PERFORM queue_pg._raise('QP003', 'history = NULL is invalid: allowed true or false');
     END IF;
     PERFORM queue_pg._check('history_retention', q.history_retention, 3600, queue_pg._max_ttl());
+    IF q.fifo IS NULL OR q.fair IS NULL OR (q.fifo AND q.fair) THEN  -- sql/api/32_fifo.sql
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('fifo = %s and fair = %s are invalid: allowed true or false, not both true (a FIFO queue serves each group in order, a fair queue shares among tenants)',
+                             coalesce(q.fifo::text, 'NULL'), coalesce(q.fair::text, 'NULL'));
+    END IF;
 END $$;
 
 -- Keeps the in-flight counter row in step with the queue's in_flight_limit.
@@ -130,7 +135,9 @@ CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     max_receive_count integer DEFAULT NULL,
     in_flight_limit integer DEFAULT NULL,
     history boolean DEFAULT true,
-    history_retention double precision DEFAULT 604800
+    history_retention double precision DEFAULT 604800,
+    fifo boolean DEFAULT false,
+    fair boolean DEFAULT false
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -151,14 +158,16 @@ BEGIN
     q.in_flight_limit := create_queue.in_flight_limit;
     q.history := create_queue.history;
     q.history_retention := create_queue.history_retention;
+    q.fifo := create_queue.fifo;
+    q.fair := create_queue.fair;
     PERFORM queue_pg._validate(q);
 
     INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
         receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
-        history_retention)
+        history_retention, fifo, fair)
     VALUES (q.name, q.visibility_timeout, q.message_ttl, q.delay, q.max_message_size, q.receive_wait,
         q.max_lease, q.dead_letter_queue, q.max_receive_count, q.in_flight_limit, q.history,
-        q.history_retention)
+        q.history_retention, q.fifo, q.fair)
     ON CONFLICT ON CONSTRAINT queues_name_key DO NOTHING
     RETURNING t.* INTO old;
 
@@ -184,7 +193,9 @@ BEGIN
         ('max_receive_count', old.max_receive_count::text, q.max_receive_count::text),
         ('in_flight_limit', old.in_flight_limit::text, q.in_flight_limit::text),
         ('history', old.history::text, q.history::text),
-        ('history_retention', old.history_retention::text, q.history_retention::text)
+        ('history_retention', old.history_retention::text, q.history_retention::text),
+        ('fifo', old.fifo::text, q.fifo::text),
+        ('fair', old.fair::text, q.fair::text)
     ) AS s(k, o, n)
     WHERE o IS DISTINCT FROM n;
     IF diff IS NOT NULL THEN
@@ -208,6 +219,8 @@ CREATE OR REPLACE FUNCTION queue_pg.alter_queue(
     in_flight_limit integer DEFAULT NULL,
     history boolean DEFAULT NULL,
     history_retention double precision DEFAULT NULL,
+    fifo boolean DEFAULT NULL,
+    fair boolean DEFAULT NULL,
     clear text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
@@ -231,6 +244,13 @@ BEGIN
     q.in_flight_limit := coalesce(alter_queue.in_flight_limit, q.in_flight_limit);
     q.history := coalesce(alter_queue.history, q.history);
     q.history_retention := coalesce(alter_queue.history_retention, q.history_retention);
+    IF alter_queue.fifo IS DISTINCT FROM q.fifo AND alter_queue.fifo IS NOT NULL THEN
+        -- SQS: FifoQueue is set at create only; the waiting messages' state depends on it
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('fifo = %s is invalid: fifo is fixed when the queue is created (queue %s has fifo = %s)',
+                             alter_queue.fifo::text, quote_literal(q.name), q.fifo::text);
+    END IF;
+    q.fair := coalesce(alter_queue.fair, q.fair);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         CASE c
             WHEN 'message_ttl' THEN q.message_ttl := NULL;
@@ -251,7 +271,8 @@ BEGIN
         visibility_timeout = q.visibility_timeout, message_ttl = q.message_ttl, delay = q.delay,
         max_message_size = q.max_message_size, receive_wait = q.receive_wait, max_lease = q.max_lease,
         dead_letter_queue = q.dead_letter_queue, max_receive_count = q.max_receive_count,
-        in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention
+        in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention,
+        fair = q.fair
     WHERE t.id = q.id;
     PERFORM queue_pg._sync_in_flight(q);
     RETURN NEXT q;

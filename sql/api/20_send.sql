@@ -158,7 +158,8 @@ CREATE OR REPLACE FUNCTION queue_pg.send(
     delay double precision DEFAULT NULL,
     ttl double precision DEFAULT NULL,
     attributes jsonb DEFAULT NULL,
-    debounce boolean DEFAULT false
+    debounce boolean DEFAULT false,
+    "group" text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -178,12 +179,19 @@ BEGIN
         PERFORM queue_pg._check_body(q, body, attributes);
     END IF;
     PERFORM queue_pg._hold(q.id);
+    IF q.fifo OR "group" IS NOT NULL THEN  -- groups (sql/api/32_fifo.sql)
+        PERFORM queue_pg._check_groups(q, ARRAY["group"], delay, NULL);
+    END IF;
+    IF q.fifo THEN
+        new_id := queue_pg._fifo_send(q, ARRAY[body], ARRAY[attributes], ARRAY["group"], n, t);
+    ELSE
     IF q.has_routes THEN  -- a type with a route lands in its target queue (sql/api/56_tuning.sql)
         dest := (queue_pg._route(q.id, ARRAY[attributes]))[1];
     END IF;
-    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-    VALUES (coalesce(dest, q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes)
+    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+    VALUES (coalesce(dest, q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes, "group")
     RETURNING id INTO new_id;
+    END IF;
     PERFORM nextval(queue_pg._sequence('sent', coalesce(dest, q.id)));
     IF d = 0 THEN
         PERFORM queue_pg._wake(coalesce(dest, q.id), debounce);
@@ -198,7 +206,8 @@ CREATE OR REPLACE FUNCTION queue_pg.send_batch(
     delay double precision DEFAULT NULL,
     ttl double precision DEFAULT NULL,
     attributes jsonb[] DEFAULT NULL,
-    debounce boolean DEFAULT false
+    debounce boolean DEFAULT false,
+    "group" text[] DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -231,18 +240,25 @@ BEGIN
         PERFORM queue_pg._check_body(q, bad.body, bad.attr, (bad.i - 1)::integer);
     END IF;
     PERFORM queue_pg._hold(q.id);
+    IF q.fifo OR "group" IS NOT NULL THEN  -- groups (sql/api/32_fifo.sql)
+        PERFORM queue_pg._check_groups(q, "group", delay, cnt);
+    END IF;
+    IF q.fifo THEN
+        RETURN QUERY SELECT queue_pg._fifo_send(q, bodies, attributes, "group", n, t);
+    ELSE
     IF q.has_routes THEN  -- per message: its type's target queue, or NULL (sql/api/56_tuning.sql)
         dests := queue_pg._route(q.id, attributes);
     END IF;
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-        SELECT coalesce(dests[b.i], q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i]
+        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+        SELECT coalesce(dests[b.i], q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i]
         FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
         ORDER BY b.i
         RETURNING id
     )
     SELECT ins.id FROM ins ORDER BY ins.id;
+    END IF;
     IF dests IS NULL THEN
         PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', cnt) k;
     ELSE

@@ -24,6 +24,9 @@ BEGIN
         PERFORM queue_pg._history(q, moved, 'dead_lettered', n);
         cnt := cnt + 1;
     END LOOP;
+    -- FIFO groups on either side move on (sql/api/32_fifo.sql)
+    PERFORM queue_pg._fifo_moved(q.id, d.id, ids, n) FROM queue_pg.queues d
+    WHERE d.name = q.dead_letter_queue AND (q.fifo OR d.fifo) AND cnt > 0;
     key := queue_pg._key();
     PERFORM pg_notify(queue_pg._channel(d.id, key), '') FROM queue_pg.queues d
     WHERE d.name = q.dead_letter_queue AND cnt > 0;
@@ -114,6 +117,15 @@ BEGIN
     -- A claim that found only messages to dead-letter tries again, a bounded number of times.
     FOR attempt IN 1..4 LOOP
         LOOP
+            IF q.fair THEN  -- tenants with few in flight first (sql/api/32_fifo.sql)
+                SELECT array_agg(c.id),
+                       array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
+                       count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released),
+                       max(c.visible_at), count(*)
+                INTO ids, dead, lapsed, top, found_n
+                FROM queue_pg._fair_claim(q, want, n) c;
+                EXIT;
+            END IF;
             SELECT array_agg(c.id),
                    array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
                    count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released),

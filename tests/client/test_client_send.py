@@ -160,3 +160,24 @@ def test_message_too_large_is_an_invalid_parameter_that_names_the_limit(client: 
     assert err.value.sqlstate == "QP004"
     assert "up to max_message_size = 1024 bytes of queue 'jobs'" in str(err.value)
     client.send("jobs", {"blob": "y" * 500})  # under the limit: fine
+
+
+def test_groups_on_a_fifo_queue(client: Client, connect: Callable[[], Any]) -> None:
+    """Both clients pass ``group`` (one name or a list); a send in the caller's transaction
+    joins its group when it commits."""
+    from queue_pg import GroupRequired
+
+    client.create_queue("fifo", fifo=True)
+    with pytest.raises(GroupRequired):
+        client.send("fifo", 1)
+    with pytest.raises(InvalidParameter, match="group = 5 is not a string"):
+        client.send("fifo", 1, group=5)  # type: ignore[arg-type]
+    client.send_batch("fifo", [1, 2], group="a")
+    client.send_batch("fifo", [10, 20], group=["b", "b"])
+    with connect() as tx:
+        client.send("fifo", 3, group="a", conn=tx)
+    got = client.receive("fifo", 10)
+    assert sorted(m.body for m in got) == [1, 10]
+    for m in got:
+        client.delete("fifo", m.receipt)
+    assert sorted(m.body for m in client.receive("fifo", 10)) == [2, 20]

@@ -24,6 +24,8 @@ class Queue(models.Model):
     in_flight_limit = models.IntegerField(null=True)
     history = models.BooleanField()
     history_retention = models.FloatField()
+    fifo = models.BooleanField()
+    fair = models.BooleanField()
     created_at = models.DateTimeField()
 
     class Meta:

@@ -1,0 +1,195 @@
+"""FIFO queues: groups in send order, one message of a group out at a time, the claim unchanged.
+
+Functional rules here; many consumers at once in tests/test_fifo_concurrency.py, fair queues in
+tests/test_fair.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from queue_pg import Client, GroupRequired, InvalidParameter
+
+
+def bodies(msgs: list) -> list:  # type: ignore[type-arg]
+    return [m.body for m in msgs]
+
+
+def test_a_group_is_delivered_in_send_order_one_at_a_time(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    for i in range(3):
+        client.send("f", {"g": "a", "i": i}, group="a")
+    client.send_batch("f", [{"g": "b", "i": i} for i in range(3)], group="b")
+    first = client.receive("f", 10)
+    assert sorted(bodies(first), key=str) == [{"g": "a", "i": 0}, {"g": "b", "i": 0}]
+    assert client.receive("f", 10) == []  # both groups have a message out
+    for m in first:
+        client.delete("f", m.receipt)
+    second = client.receive("f", 10)
+    assert sorted(bodies(second), key=str) == [{"g": "a", "i": 1}, {"g": "b", "i": 1}]
+
+
+def test_batches_interleave_groups_and_keep_each_groups_order(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    client.send_batch("f", [{"i": i} for i in range(6)], group=["x", "y", "x", "y", "x", "y"])
+    seen: dict[str, list[int]] = {"x": [], "y": []}
+    while True:
+        got = client.receive("f", 10)
+        if not got:
+            break
+        assert len(got) <= 2
+        for m in got:
+            seen["x" if m.body["i"] % 2 == 0 else "y"].append(m.body["i"])
+        client.delete_batch("f", [m.receipt for m in got])
+    assert seen == {"x": [0, 2, 4], "y": [1, 3, 5]}
+
+
+def test_a_group_is_required_and_checked(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    with pytest.raises(GroupRequired, match=r"group = NULL.*FIFO"):
+        client.send("f", {})
+    with pytest.raises(GroupRequired, match=r"group\[1\] = NULL"):
+        client.send_batch("f", [{}, {}], group=["a", None])
+    with pytest.raises(InvalidParameter, match="group = '' is invalid: allowed 1 to 128"):
+        client.send("f", {}, group="")
+    with pytest.raises(InvalidParameter, match=r"group = 'x+'\.\.\. is invalid"):
+        client.send("f", {}, group="x" * 200)
+    with pytest.raises(InvalidParameter, match=r"len\(group\) = 1 is invalid"):
+        client.send_batch("f", [{}, {}], group=["a"])
+    with pytest.raises(InvalidParameter, match="delay = 5 is invalid: queue 'f' is a FIFO queue"):
+        client.send("f", {}, group="a", delay=5)
+    assert client.stats("f").visible == 0
+
+
+def test_fifo_is_fixed_at_create_and_excludes_fair(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    client.create_queue("f", fifo=True)  # same settings: a no-op
+    with pytest.raises(InvalidParameter, match="fifo = false is invalid: fifo is fixed"):
+        client.alter_queue("f", fifo=False)
+    with pytest.raises(InvalidParameter, match="fifo = true and fair = true"):
+        client.create_queue("g", fifo=True, fair=True)
+    with pytest.raises(InvalidParameter, match="fifo = true and fair = true"):
+        client.alter_queue("f", fair=True)
+    assert client.get_queue("f").fifo and not client.get_queue("f").fair
+
+
+def test_a_lapsed_lease_unblocks_its_group_and_the_head_comes_again(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    client.send_batch("f", [1, 2], group="g")
+    [m] = client.receive("f", 10, visibility_timeout=1.5)  # long enough for a loaded machine
+    assert m.body == 1
+    assert client.receive("f", 10) == []
+    time.sleep(1.6)
+    [again] = client.receive("f", 10)
+    assert again.body == 1 and again.receive_count == 2
+    client.delete("f", again.receipt)
+    assert bodies(client.receive("f", 10)) == [2]
+
+
+def test_a_release_puts_the_head_back_first(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    client.send_batch("f", [1, 2], group="g")
+    [m] = client.receive("f")
+    client.change_visibility("f", m.receipt, 0)
+    assert bodies(client.receive("f", 10)) == [1]
+
+
+def test_a_dead_lettered_message_stops_blocking_its_group(client: Client) -> None:
+    client.create_queue("dlq")
+    client.create_queue("f", fifo=True, dead_letter_queue="dlq", max_receive_count=1)
+    client.send_batch("f", ["a1", "a2"], group="a")
+    [m] = client.receive("f", visibility_timeout=0.2)
+    time.sleep(0.3)
+    # the receive after the last allowed one moves a1 to the dead-letter queue and goes on to a2
+    assert bodies(client.receive("f", 10)) == ["a2"]
+    assert bodies(client.receive("dlq", 10)) == ["a1"]
+    assert m.body == "a1"
+
+
+def test_dead_letter_call_moves_the_group_on(client: Client) -> None:
+    client.create_queue("dlq", fifo=True)
+    client.create_queue("f", fifo=True, dead_letter_queue="dlq", max_receive_count=5)
+    client.send_batch("f", ["a1", "a2", "a3"], group="a")
+    client.send("dlq", "d0", group="a")
+    [m] = client.receive("f")
+    client.dead_letter("f", m.receipt)
+    assert bodies(client.receive("f", 10)) == ["a2"]
+    # in a FIFO dead-letter queue it joins its group behind what is there
+    [d] = client.receive("dlq", 10)
+    assert d.body == "d0"
+    client.delete("dlq", d.receipt)
+    assert bodies(client.receive("dlq", 10)) == ["a1"]
+
+
+def test_delete_expiry_and_purge_move_groups_on(client: Client, conn: psycopg.Connection) -> None:
+    client.create_queue("f", fifo=True)
+    client.send("f", "short", group="g", ttl=0.2)
+    client.send("f", "next", group="g")
+    time.sleep(0.3)
+    assert client.receive("f") == []  # the expired head is not delivered, and blocks until swept
+    client.sweep()
+    assert bodies(client.receive("f", 10)) == ["next"]
+    client.send("f", "more", group="g")
+    client.purge("f")
+    assert conn.execute("select count(*) from queue_pg.fifo_groups").fetchone() == (0,)
+    client.send("f", "fresh", group="g")
+    assert bodies(client.receive("f", 10)) == ["fresh"]
+
+
+def test_the_queue_delay_applies_to_each_message_from_its_send(client: Client) -> None:
+    client.create_queue("f", fifo=True, delay=1.5)  # long enough for a loaded machine
+    client.send_batch("f", [1, 2], group="g")
+    assert client.receive("f") == []
+    time.sleep(1.6)
+    [m] = client.receive("f")
+    client.delete("f", m.receipt)
+    assert bodies(client.receive("f")) == [2]  # its delay is over too
+
+
+def test_stats_count_waiting_messages_as_delayed(client: Client) -> None:
+    client.create_queue("f", fifo=True)
+    client.send_batch("f", [1, 2, 3], group="g")
+    s = client.stats("f")
+    assert (s.visible, s.delayed) == (1, 2)
+
+
+def test_groups_on_a_standard_queue_change_nothing(client: Client) -> None:
+    client.create_queue("s")
+    client.send_batch("s", [1, 2, 3], group="g")
+    client.send("s", 4, group="g", delay=0)
+    assert bodies(client.receive("s", 10)) == [1, 2, 3, 4]
+
+
+def test_the_cli_creates_fifo_queues_and_sends_groups(clean: str) -> None:
+    from tests.test_cli import receive_json, run
+
+    run(clean, "create", "f", "--fifo")
+    refused = run(clean, "send", "f", "1", code=1)
+    assert refused.stderr.splitlines()[-1].startswith("error: group = NULL is invalid")
+    run(clean, "send", "f", "-", "--group", "g", input="1\n2\n")
+    assert [m["body"] for m in receive_json(clean, "f", "-n", "10")] == [1]
+
+
+def test_moves_between_queues_go_through_fifo_moved(client: Client,
+                                                    conn: psycopg.Connection) -> None:
+    """The hook a mover of messages (redrive) calls: the source group moves on, and the moved
+    message joins its group in a FIFO destination behind what waits there."""
+    client.create_queue("a", fifo=True)
+    client.create_queue("b", fifo=True)
+    client.send_batch("a", ["a1", "a2"], group="g")
+    client.send("b", "b1", group="g")
+    conn.execute("""
+        WITH m AS (
+            UPDATE queue_pg.messages m SET queue_id = b.id, visible_at = now()
+            FROM queue_pg.queues b WHERE b.name = 'b' AND m.body = '"a1"' RETURNING m.id
+        )
+        SELECT queue_pg._fifo_moved(a.id, b.id, array(SELECT id FROM m))
+        FROM queue_pg.queues a, queue_pg.queues b WHERE a.name = 'a' AND b.name = 'b'""")
+    assert bodies(client.receive("a", 10)) == ["a2"]
+    [b1] = client.receive("b", 10)
+    assert b1.body == "b1"
+    client.delete("b", b1.receipt)
+    assert bodies(client.receive("b", 10)) == ["a1"]

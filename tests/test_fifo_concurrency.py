@@ -1,0 +1,158 @@
+"""Many consumers on one FIFO queue, threads and processes, with short leases, releases and
+"crashes" (leases left to lapse). From what each consumer was handed and the server's history:
+
+- every message was deleted exactly once and the queue is empty;
+- no two messages of one group were ever out at once: within a group, each lease begins at or
+  after the previous one ended (its delete, from the history; its release; its lapse);
+- each group's messages were first delivered in send order, and a message is never delivered
+  after a later message of its group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import pairwise
+
+import psycopg
+import pytest
+
+from queue_pg import Client, MessageNotFound, StaleReceipt
+
+LEASE = 0.4
+GROUPS = 12
+PER_GROUP = 25
+DEADLINE = 60.0
+
+
+@dataclass
+class Lease:
+    group: str
+    seq: int
+    id: int
+    receipt: str
+    start: datetime
+    end: datetime  # visible_until, or when it was released; a delete's time comes from history
+    deleted: bool = False
+
+
+@dataclass
+class Tally:
+    leases: list[Lease] = field(default_factory=list)
+
+
+def consume(client: Client, queue: str, seed: int) -> Tally:
+    rng = random.Random(seed)
+    tally = Tally()
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        got = client.receive(queue, rng.randint(1, 4), visibility_timeout=LEASE)
+        if not got:
+            if client.stats(queue).visible + client.stats(queue).in_flight \
+                    + client.stats(queue).delayed == 0:
+                return tally
+            time.sleep(0.01)
+            continue
+        for m in got:
+            lease = Lease(m.body["g"], m.body["i"], m.id, m.receipt or "",
+                          m.visible_until - timedelta(seconds=LEASE), m.visible_until)
+            tally.leases.append(lease)
+            roll = rng.random()
+            time.sleep(rng.uniform(0, 0.01))
+            if roll < 0.05:  # "crash": the lease lapses
+                continue
+            if roll < 0.10:  # give it back
+                # a stall past the lease: someone else has it (stale) or deleted it (gone)
+                with contextlib.suppress(StaleReceipt, MessageNotFound):
+                    lease.end = client.change_visibility(queue, lease.receipt, 0)
+                continue
+            with contextlib.suppress(StaleReceipt):
+                lease.deleted = client.delete(queue, lease.receipt)
+    raise AssertionError("consumer ran out of time")
+
+
+def consume_in_process(dsn: str, queue: str, seed: int) -> Tally:
+    with Client(dsn, sweep_interval=None) as client:
+        return consume(client, queue, seed)
+
+
+def load(client: Client) -> None:
+    client.create_queue("fifo", fifo=True, visibility_timeout=LEASE)
+    rng = random.Random(7)
+    nxt = dict.fromkeys(range(GROUPS), 0)
+    while any(n < PER_GROUP for n in nxt.values()):  # batches that mix groups
+        batch = []
+        for _ in range(rng.randint(1, 8)):
+            g = rng.choice([g for g, n in nxt.items() if n < PER_GROUP] or [0])
+            if nxt[g] < PER_GROUP:
+                batch.append((g, nxt[g]))
+                nxt[g] += 1
+        if batch:
+            client.send_batch("fifo", [{"g": f"g{g}", "i": i} for g, i in batch],
+                              group=[f"g{g}" for g, _ in batch])
+
+
+def check(dsn: str, tallies: list[Tally]) -> None:
+    leases = [lease for t in tallies for lease in t.leases]
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT message_id, finished_at, outcome FROM queue_pg.message_history"
+            " WHERE queue = 'fifo'").fetchall()
+        left = conn.execute("SELECT count(*) FROM queue_pg.messages").fetchone()
+        groups_left = conn.execute("SELECT count(*) FROM queue_pg.fifo_groups").fetchone()
+    assert left == (0,) and groups_left == (0,)
+    finished = {mid: at for mid, at, outcome in rows if outcome == "deleted"}
+    assert len(rows) == len(finished) == GROUPS * PER_GROUP
+    assert sum(lease.deleted for lease in leases) == GROUPS * PER_GROUP
+    by_group: dict[str, list[Lease]] = defaultdict(list)
+    for lease in leases:
+        if lease.deleted:
+            lease.end = finished[lease.id]
+        by_group[lease.group].append(lease)
+    assert len(by_group) == GROUPS
+    for group, held in by_group.items():
+        held.sort(key=lambda x: x.start)
+        for a, b in pairwise(held):
+            assert b.start >= a.end, (group, a, b)  # never two out at once
+            assert b.seq >= a.seq, (group, a, b)  # never back to an earlier message
+        firsts = list(dict.fromkeys(lease.seq for lease in held))
+        assert firsts == list(range(PER_GROUP)), group
+
+
+def test_threads_keep_every_group_in_order_one_at_a_time(clean: str) -> None:
+    with Client(clean, min_size=6, max_size=6, sweep_interval=None) as client:
+        load(client)
+        tallies: list[Tally] = []
+        errors: list[BaseException] = []
+
+        def run(seed: int) -> None:
+            try:
+                tallies.append(consume(client, "fifo", seed))
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    assert sum(1 for t in tallies if t.leases) >= 2  # the groups went in parallel
+    check(clean, tallies)
+
+
+@pytest.mark.parametrize("workers", [4])
+def test_processes_keep_every_group_in_order_one_at_a_time(clean: str, workers: int) -> None:
+    with Client(clean, sweep_interval=None) as client:
+        load(client)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        tallies = pool.starmap(consume_in_process, [(clean, "fifo", 50 + i) for i in range(workers)])
+    check(clean, tallies)
