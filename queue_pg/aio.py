@@ -27,6 +27,7 @@ from queue_pg.types import (
     Message,
     QueueConfig,
     QueueStats,
+    RedriveTask,
     Seconds,
 )
 
@@ -109,15 +110,20 @@ class AsyncClient(AsyncClientBase):
         delay: Seconds | None = None,
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        dedup_id: str | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> int:
         """Enqueue one message; returns its id. delay / ttl None = the queue's settings.
 
+        ``dedup_id`` (1 - 128 characters; on a ``content_dedup`` queue the body's SHA-256 when
+        None): a second send of the same id within the queue's ``dedup_window`` sends nothing
+        and returns the first message's id.
         ``session``: a SQLAlchemy Session or Connection whose transaction the message joins
         (psycopg 3 driver), like ``conn`` does for a psycopg connection."""
         target = await _sqla.ajoin(conn, session)
-        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None)
+        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None,
+                         dedup_id=dedup_id)
         return await self._run(call, target)
 
     async def send_batch(
@@ -128,16 +134,20 @@ class AsyncClient(AsyncClientBase):
         delay: Seconds | None = None,
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        dedup_ids: Sequence[str | None] | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> list[int]:
         """Enqueue many messages in one statement (all or none); ids in input order.
 
         ``attributes``: one mapping for every message, or a list parallel to ``bodies``.
+        ``dedup_ids``: a list parallel to ``bodies`` (None: no id) as :meth:`send`'s
+        ``dedup_id``; a duplicate, also of an earlier message of the batch, gets the first's id.
         ``session``: as for :meth:`send`.
         """
         target = await _sqla.ajoin(conn, session)
-        call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None)
+        call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None,
+                               dedup_ids=dedup_ids)
         return await self._run(call, target)
 
     async def receive(
@@ -262,6 +272,40 @@ class AsyncClient(AsyncClientBase):
     ) -> int:
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
+
+    async def start_redrive(
+        self,
+        dlq: str,
+        *,
+        to: str | None = None,
+        rate: float | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int:
+        """Start a redrive task: move ``dlq``'s dead-lettered messages back to their source
+        queue (or ``to``), at most ``rate`` a second; returns the task id.
+
+        The task lives in the database: :meth:`redrive_step` and every sweep advance it, so it
+        goes on after a restart. One running task per queue (``RedriveInProgress``)."""
+        return await self._run(_ops.start_redrive(dlq, to, rate), conn)
+
+    async def list_redrives(
+        self, dlq: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> list[RedriveTask]:
+        """The redrive tasks of ``dlq`` (None: of every queue the caller manages), newest first."""
+        return await self._run(_ops.list_redrives(dlq), conn)
+
+    async def cancel_redrive(
+        self, task: int, *, conn: AsyncConnection | None = None
+    ) -> RedriveTask:
+        """Stop a running redrive task (messages moved so far stay moved); the task as it is."""
+        return await self._run(_ops.cancel_redrive(task), conn)
+
+    async def redrive_step(
+        self, max_rows: int = 1000, *, conn: AsyncConnection | None = None
+    ) -> int:
+        """Advance the running redrive tasks of the queues the caller manages now, within their
+        rates (sweeps do it too); returns how many messages moved."""
+        return await self._run(_ops.redrive_step(max_rows), conn)
 
     # --- access ---------------------------------------------------------------------------------
 

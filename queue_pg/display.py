@@ -91,6 +91,8 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
         ("in_flight_limit", "-" if q.in_flight_limit is None else str(q.in_flight_limit)),
         ("history", "on" if q.history else "off"),
         ("history_retention", fmt_seconds(q.history_retention)),
+        ("content_dedup", "on" if q.content_dedup else "off"),
+        ("dedup_window", fmt_seconds(q.dedup_window)),
     ]
 
 
@@ -116,6 +118,8 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
         "max_receive_count": "max receive\ncount",
         "in_flight_limit": "in-flight\nlimit",
         "history_retention": "history\nretention",
+        "content_dedup": "content\ndedup",
+        "dedup_window": "dedup\nwindow",
     }
     table = Table()
     table.add_column("queue", no_wrap=True)

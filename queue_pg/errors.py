@@ -30,6 +30,8 @@ __all__ = [
     "QueueError",
     "QueueInUse",
     "QueueNotFound",
+    "RedriveInProgress",
+    "RedriveTaskNotFound",
     "SchemaMissing",
     "ServerUnavailable",
     "StaleReceipt",
@@ -111,6 +113,14 @@ class AccessDenied(QueueError):
     """
 
 
+class RedriveTaskNotFound(QueueError):
+    """cancel_redrive of a task id that does not exist, or whose queue was dropped (QP035)."""
+
+
+class RedriveInProgress(QueueError):
+    """start_redrive on a dead-letter queue that has a running task already (QP036)."""
+
+
 # --- at the door: the database cannot be used at all ------------------------------------------
 
 #: Shown with every ServerUnavailable: what to check.
@@ -182,6 +192,8 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP009": MessageNotFound,
     "QP010": QueueInUse,
     "QP011": AccessDenied,
+    "QP035": RedriveTaskNotFound,
+    "QP036": RedriveInProgress,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire

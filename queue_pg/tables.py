@@ -98,6 +98,8 @@ queues = Table(
     Column("in_flight_limit", Integer, nullable=True),
     Column("history", Boolean, nullable=False, server_default=text("true")),
     Column("history_retention", DOUBLE_PRECISION, nullable=False, server_default=text("604800")),
+    Column("content_dedup", Boolean, nullable=False, server_default=text("false")),
+    Column("dedup_window", DOUBLE_PRECISION, nullable=False, server_default=text("300")),
     Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("statement_timestamp()")),
     Column("lease_policy", Text, nullable=False, server_default=text("'fixed'::text")),

@@ -21,6 +21,7 @@ __all__ = [
     "QueueConfig",
     "QueueSettings",
     "QueueStats",
+    "RedriveTask",
     "Seconds",
     "UndecodableBody",
     "flag",
@@ -143,6 +144,8 @@ class QueueConfig:
     in_flight_limit: int | None
     history: bool
     history_retention: float
+    content_dedup: bool
+    dedup_window: float
     created_at: datetime
 
 
@@ -190,6 +193,28 @@ class Grant:
     granted_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveTask:
+    """A redrive task (``start_redrive``): dead-lettered messages of ``dlq`` moving back to the
+    queue each came from (``target`` None) or to ``target``, at most ``rate`` a second.
+
+    ``status`` is running, completed, cancelled or failed (``error`` says why); ``moved`` of
+    ``to_move`` (the movable messages counted at the start) are back.
+    """
+
+    id: int
+    dlq: str
+    target: str | None
+    rate: float | None
+    status: str
+    moved: int
+    to_move: int
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+
 class QueueSettings(TypedDict, total=False):
     """Keyword settings of create_queue / alter_queue.
 
@@ -209,3 +234,5 @@ class QueueSettings(TypedDict, total=False):
     in_flight_limit: int | None
     history: bool
     history_retention: Seconds
+    content_dedup: bool
+    dedup_window: Seconds

@@ -81,6 +81,8 @@ SETTING_OPTIONS: tuple[tuple[str, Any, str], ...] = (
     ("in_flight_limit", int, "Cap on received-not-deleted messages."),
     ("history", bool, "Keep a row per finished message."),
     ("history_retention", Duration(), "How long history rows are kept."),
+    ("content_dedup", bool, "Take a send's dedup id from its body's SHA-256."),
+    ("dedup_window", Duration(), "How long a dedup id is remembered."),
 )
 
 

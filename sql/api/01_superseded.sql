@@ -17,3 +17,10 @@ DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);
 DROP FUNCTION IF EXISTS queue_pg._count(text, integer, bigint);
+-- revision 0009 (deduplication): send and send_batch take dedup ids, the queue two settings
+DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb, boolean);
+DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[], boolean);
+DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision);
+DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, text[]);

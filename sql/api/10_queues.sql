@@ -55,6 +55,11 @@ BEGIN
         PERFORM queue_pg._raise('QP003', 'history = NULL is invalid: allowed true or false');
     END IF;
     PERFORM queue_pg._check('history_retention', q.history_retention, 3600, queue_pg._max_ttl());
+    -- deduplication (sql/api/22_dedup.sql)
+    IF q.content_dedup IS NULL THEN
+        PERFORM queue_pg._raise('QP003', 'content_dedup = NULL is invalid: allowed true or false');
+    END IF;
+    PERFORM queue_pg._check('dedup_window', q.dedup_window, 1, 604800);
 END $$;
 
 -- Keeps the in-flight counter row in step with the queue's in_flight_limit.
@@ -130,7 +135,9 @@ CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     max_receive_count integer DEFAULT NULL,
     in_flight_limit integer DEFAULT NULL,
     history boolean DEFAULT true,
-    history_retention double precision DEFAULT 604800
+    history_retention double precision DEFAULT 604800,
+    content_dedup boolean DEFAULT false,
+    dedup_window double precision DEFAULT 300
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -151,14 +158,16 @@ BEGIN
     q.in_flight_limit := create_queue.in_flight_limit;
     q.history := create_queue.history;
     q.history_retention := create_queue.history_retention;
+    q.content_dedup := create_queue.content_dedup;
+    q.dedup_window := create_queue.dedup_window;
     PERFORM queue_pg._validate(q);
 
     INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
         receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
-        history_retention)
+        history_retention, content_dedup, dedup_window)
     VALUES (q.name, q.visibility_timeout, q.message_ttl, q.delay, q.max_message_size, q.receive_wait,
         q.max_lease, q.dead_letter_queue, q.max_receive_count, q.in_flight_limit, q.history,
-        q.history_retention)
+        q.history_retention, q.content_dedup, q.dedup_window)
     ON CONFLICT ON CONSTRAINT queues_name_key DO NOTHING
     RETURNING t.* INTO old;
 
@@ -184,7 +193,9 @@ BEGIN
         ('max_receive_count', old.max_receive_count::text, q.max_receive_count::text),
         ('in_flight_limit', old.in_flight_limit::text, q.in_flight_limit::text),
         ('history', old.history::text, q.history::text),
-        ('history_retention', old.history_retention::text, q.history_retention::text)
+        ('history_retention', old.history_retention::text, q.history_retention::text),
+        ('content_dedup', old.content_dedup::text, q.content_dedup::text),
+        ('dedup_window', old.dedup_window::text, q.dedup_window::text)
     ) AS s(k, o, n)
     WHERE o IS DISTINCT FROM n;
     IF diff IS NOT NULL THEN
@@ -208,6 +219,8 @@ CREATE OR REPLACE FUNCTION queue_pg.alter_queue(
     in_flight_limit integer DEFAULT NULL,
     history boolean DEFAULT NULL,
     history_retention double precision DEFAULT NULL,
+    content_dedup boolean DEFAULT NULL,
+    dedup_window double precision DEFAULT NULL,
     clear text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
@@ -231,6 +244,8 @@ BEGIN
     q.in_flight_limit := coalesce(alter_queue.in_flight_limit, q.in_flight_limit);
     q.history := coalesce(alter_queue.history, q.history);
     q.history_retention := coalesce(alter_queue.history_retention, q.history_retention);
+    q.content_dedup := coalesce(alter_queue.content_dedup, q.content_dedup);
+    q.dedup_window := coalesce(alter_queue.dedup_window, q.dedup_window);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         CASE c
             WHEN 'message_ttl' THEN q.message_ttl := NULL;
@@ -251,7 +266,8 @@ BEGIN
         visibility_timeout = q.visibility_timeout, message_ttl = q.message_ttl, delay = q.delay,
         max_message_size = q.max_message_size, receive_wait = q.receive_wait, max_lease = q.max_lease,
         dead_letter_queue = q.dead_letter_queue, max_receive_count = q.max_receive_count,
-        in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention
+        in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention,
+        content_dedup = q.content_dedup, dedup_window = q.dedup_window
     WHERE t.id = q.id;
     PERFORM queue_pg._sync_in_flight(q);
     RETURN NEXT q;

@@ -167,7 +167,9 @@ BEGIN
                                       'channel', 'sweep', 'now', '_stat_counter', '_sees', '_queue_stats',
                                       '_in_flight_messages', '_dead_letters', '_tuning_log',
                                       'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
-                                      'add_route', 'drop_route', 'list_routes', 'split')
+                                      'add_route', 'drop_route', 'list_routes', 'split',
+                                      -- redrive tasks (57_redrive.sql)
+                                      'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

@@ -24,6 +24,8 @@ class Queue(models.Model):
     in_flight_limit = models.IntegerField(null=True)
     history = models.BooleanField()
     history_retention = models.FloatField()
+    content_dedup = models.BooleanField()
+    dedup_window = models.FloatField()
     created_at = models.DateTimeField()
 
     class Meta:
