@@ -83,8 +83,8 @@ END $$;
 
 -- Starts moving the dead-lettered messages of `dlq` back to the queue each came from (or to
 -- `to`), at most `rate` a second (NULL: as fast as the steps go); the task's id. Needs manage on
--- dlq (and on `to`). One running task per queue (RedriveInProgress); a queue keeps the last 100
--- ended tasks. The first step runs here.
+-- dlq (and on `to`). One running task per queue (RedriveInProgress); a queue keeps its last 100
+-- tasks (older ended ones are deleted here). The first step runs here.
 CREATE OR REPLACE FUNCTION queue_pg.start_redrive(dlq text, "to" text DEFAULT NULL,
                                                   rate double precision DEFAULT NULL)
 RETURNS bigint

@@ -34,7 +34,7 @@ def test_a_dedup_id_sends_once_within_the_window_even_after_delete(
     assert client.send("jobs", {"n": 2}, dedup_id="order-1", conn=conn) == first
     assert client.send("jobs", {"n": 3}, dedup_id="order-2", conn=conn) != first
     received = client.receive("jobs", 10, conn=conn)
-    assert [(m.id, m.body) for m in received][0] == (first, {"n": 1})
+    assert (received[0].id, received[0].body) == (first, {"n": 1})
     for m in received:
         assert client.delete("jobs", m.receipt, conn=conn)  # type: ignore[arg-type]
     assert client.send("jobs", {"n": 4}, dedup_id="order-1", conn=conn) == first
