@@ -9,7 +9,7 @@ import pytest
 
 from queue_pg import AccessDenied, InvalidParameter, RedriveTaskNotFound
 from tests.test_access import make_role  # noqa: F401
-from tests.test_hostile_roles import MINE, THEIRS, World, queue_id, world
+from tests.test_hostile_roles import MINE, THEIRS, World, queue_id, world  # noqa: F401
 
 
 @pytest.fixture

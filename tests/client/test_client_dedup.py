@@ -198,3 +198,33 @@ def test_redrive_task_errors(client: Client, conn: psycopg.Connection) -> None:
     client.start_redrive("empty")
     [t] = client.list_redrives("empty")
     assert (t.status, t.moved, t.to_move) == ("completed", 0, 0)
+
+
+def test_duplicates_are_not_counted_as_sent_and_routes_apply_to_the_first(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    client.create_queue("jobs", content_dedup=True)
+    client.create_queue("mail")
+    client.add_route("jobs", "mail", "mail")
+    first = client.send("jobs", {"to": "a"}, attributes={"type": "mail"})
+    assert client.send("jobs", {"to": "a"}, attributes={"type": "mail"}) == first
+    ids = client.send_batch("jobs", [{"to": "a"}, {"to": "b"}, {"to": "b"}, {"x": 1}],
+                            attributes=[{"type": "mail"}, {"type": "mail"}, {"type": "mail"}, None])
+    assert ids[0] == first and ids[2] == ids[1] and len(set(ids)) == 3
+    [jobs] = client.queue_health("jobs")
+    [mail] = client.queue_health("mail")
+    assert (jobs.sent, mail.sent) == (1, 2)
+    assert sorted(m.body["to"] for m in client.receive("mail", 10)) == ["a", "b"]
+
+
+def test_a_sweep_forgets_at_most_its_batch_of_ended_windows(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    client.create_queue("jobs", dedup_window=1)
+    ids = client.send_batch("jobs", list(range(30)), dedup_ids=[str(i) for i in range(30)])
+    advance(conn, 2)
+    conn.execute("SELECT queue_pg.sweep(10)")
+    assert _dedup_rows(conn) == 20
+    # swept or not, an ended window's id is free: its next send is a new message
+    assert client.send("jobs", "new", dedup_id="29", conn=conn) not in ids
+    assert _dedup_rows(conn) in (20, 21)
