@@ -169,3 +169,48 @@ def test_sends_of_other_ids_do_not_wait_for_an_uncommitted_one(clean: str) -> No
                                 " dedup_ids => array['c', 'd'])").fetchall()
             first.rollback()
         assert isinstance(out[0], int) and len(ids) == 2
+
+
+# --- redrive tasks: several steppers at once ---------------------------------------------------
+
+
+def _step_until_done(dsn: str, task: int, max_rows: int, errors: list[BaseException]) -> None:
+    try:
+        with Client(dsn, max_size=1, sweep_interval=None) as c:
+            while next(t for t in c.list_redrives("dlq") if t.id == task).status == "running":
+                c.redrive_step(max_rows)
+    except BaseException as exc:  # surfaced by the test
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("rate", [None, 200.0])
+def test_concurrent_steppers_move_each_message_once_within_the_rate(
+    clean: str, rate: float | None
+) -> None:
+    with Client(clean, sweep_interval=None) as admin:
+        admin.create_queue("dlq")
+        admin.create_queue("jobs", dead_letter_queue="dlq", max_receive_count=1)
+        with psycopg.connect(clean, autocommit=True) as c:
+            sent = [r[0] for r in c.execute(
+                "INSERT INTO queue_pg.messages (queue_id, source_queue_id, visible_at,"
+                " enqueued_at, body) SELECT d.id, s.id, now() - interval '1 s', now(), to_jsonb(i)"
+                " FROM queue_pg.queues d, queue_pg.queues s, generate_series(1, 600) i"
+                " WHERE d.name = 'dlq' AND s.name = 'jobs' RETURNING id").fetchall()]
+        task = admin.start_redrive("dlq", rate=rate)
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=_step_until_done, args=(clean, task, 7, errors))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        [done] = admin.list_redrives("dlq")
+        assert (done.status, done.moved, done.to_move) == ("completed", 600, 600)
+        if rate is not None:  # the last step came no sooner than the rate allows
+            assert done.finished_at is not None
+            seconds = (done.finished_at - done.started_at).total_seconds()
+            assert 600 <= rate * (seconds + 1)
+        back = [m.id for m in admin.receive("jobs", 1000)]
+        assert sorted(back) == sorted(sent)

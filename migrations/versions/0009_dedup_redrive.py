@@ -22,8 +22,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # the api of this revision goes first (it names the new columns, table and type); the
-    # older api is re-applied after the downgrade
+    # what this revision's api added goes first (it names the new columns, tables and type),
+    # so that an older api, applied by its own package, finds nothing in its way
     run_sql(
         """
         DO $$
@@ -31,14 +31,26 @@ def downgrade() -> None:
         BEGIN
             FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
                      WHERE p.pronamespace = 'queue_pg'::regnamespace
-                       AND p.proname IN ('_dedup_key', '_dedup_ids', '_send_deduped',
-                                         '_forget_dedup', '_redrive_task', '_redrive_advance',
-                                         'start_redrive', 'list_redrives', 'cancel_redrive',
-                                         'redrive_step', '_redrive_steps')
+                       AND p.proname IN ('_dedup_key', '_dedup_one', '_dedup_ids',
+                                         '_forget_dedup', '_move_back', '_redrive_task',
+                                         '_redrive_advance', '_redrive_steps', 'start_redrive',
+                                         'list_redrives', 'cancel_redrive', 'redrive_step')
             LOOP
                 EXECUTE format('DROP FUNCTION %s', f);
             END LOOP;
         END $$;
+        -- the signatures this revision's api gave them: an older api's would be ambiguous
+        DROP FUNCTION IF EXISTS
+            queue_pg.send(text, jsonb, double precision, double precision, jsonb, boolean, text),
+            queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[],
+                                boolean, text[]),
+            queue_pg.create_queue(text, double precision, double precision, double precision,
+                                  integer, double precision, double precision, text, integer,
+                                  integer, boolean, double precision, boolean, double precision),
+            queue_pg.alter_queue(text, double precision, double precision, double precision,
+                                 integer, double precision, double precision, text, integer,
+                                 integer, boolean, double precision, boolean, double precision,
+                                 text[]);
         DROP TABLE queue_pg.dedup, queue_pg.redrive_tasks;
         DROP TYPE queue_pg.redrive_task;
         ALTER TABLE queue_pg.queues DROP COLUMN content_dedup, DROP COLUMN dedup_window;

@@ -228,3 +228,19 @@ def test_a_sweep_forgets_at_most_its_batch_of_ended_windows(
     # swept or not, an ended window's id is free: its next send is a new message
     assert client.send("jobs", "new", dedup_id="29", conn=conn) not in ids
     assert _dedup_rows(conn) in (20, 21)
+
+
+def test_a_task_goes_on_from_another_client(client: Client, clean: str) -> None:
+    """Its state is a row: a client (or worker) that started it may be gone; any other's
+    sweep or step of a role that manages the queue carries on."""
+    _setup(client)
+    with psycopg.connect(clean, autocommit=True) as c:
+        _dead_letters(c, 20)
+    task = client.start_redrive("dlq", rate=10)
+    with psycopg.connect(clean, autocommit=True) as later:
+        advance(later, 5)
+        later.execute("SELECT queue_pg.sweep()")
+        [(moved, status)] = later.execute(
+            "SELECT moved, status FROM queue_pg.list_redrives('dlq') WHERE id = %s", [task]
+        ).fetchall()
+    assert (moved, status) == (20, "completed")
