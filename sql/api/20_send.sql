@@ -257,10 +257,9 @@ BEGIN
     -- deduplication (sql/api/22_dedup.sql): only a batch with ids, or to a content_dedup queue;
     -- duplicates are left out below, and what is counted and routed is the fresh messages only
     IF dedup_ids IS NOT NULL OR q.content_dedup THEN
-        SELECT array_agg(x.id ORDER BY x.n), array_agg(x.fresh ORDER BY x.n) INTO ids, fresh
+        SELECT x.sent_ids, x.fresh INTO ids, fresh
         FROM queue_pg._dedup_ids(q, ARRAY(SELECT queue_pg._dedup_key(dedup_ids[b.i], b.body, q.content_dedup, (b.i - 1)::integer)
-                                          FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i), n)
-             WITH ORDINALITY AS x(id, fresh, n);
+                                          FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i), n) x;
         RETURN QUERY SELECT unnest(ids);
     END IF;
     RETURN QUERY

@@ -59,11 +59,11 @@ BEGIN
 END $$;
 
 -- A batch's claims: per message in input order, the id it is to be sent under (fresh) or the id
--- of the message that already holds its key (not fresh). Messages without a key are fresh; of
+-- of the message that already holds its key (not fresh), as two arrays (no set to aggregate). Messages without a key are fresh; of
 -- several with one key in the batch the first is sent, the rest get its id. Keys are claimed in
 -- key order, so two batches that share keys wait for each other instead of deadlocking.
-CREATE OR REPLACE FUNCTION queue_pg._dedup_ids(q queue_pg.queues, keys text[], n timestamptz)
-RETURNS TABLE (id bigint, fresh boolean)
+CREATE OR REPLACE FUNCTION queue_pg._dedup_ids(q queue_pg.queues, keys text[], n timestamptz,
+                                               OUT sent_ids bigint[], OUT fresh boolean[])
 LANGUAGE plpgsql AS $$
 DECLARE
     ids bigint[] := ARRAY(SELECT nextval('queue_pg.messages_id_seq'::regclass)
@@ -72,7 +72,26 @@ DECLARE
     mine jsonb := '{}';  -- the keys this batch claimed: key -> its first message's place
     held jsonb := '{}';  -- the keys held before: key -> the holding message's id
     open text[];
+    claimed bigint;
 BEGIN
+    -- the common case first: every message has a key of its own that nobody holds. A key
+    -- twice in the batch, or held, is skipped by DO NOTHING (the first of a key in the batch
+    -- is inserted first); the claims made stay this batch's, found as its own below.
+    IF array_position(keys, NULL) IS NULL THEN
+        WITH ins AS (
+            INSERT INTO queue_pg.dedup AS x (queue_id, dedup_id, message_id, expires_at)
+            SELECT q.id, k.key, ids[k.i], expires FROM unnest(keys) WITH ORDINALITY k(key, i)
+            ORDER BY k.key, k.i
+            ON CONFLICT (queue_id, dedup_id) DO NOTHING
+            RETURNING 1
+        )
+        SELECT count(*) INTO claimed FROM ins;
+        IF claimed = cardinality(keys) THEN
+            sent_ids := ids;
+            fresh := array_fill(true, ARRAY[cardinality(keys)]);
+            RETURN;
+        END IF;
+    END IF;
     SELECT coalesce(array_agg(DISTINCT k), '{}') INTO open FROM unnest(keys) k WHERE k IS NOT NULL;
     WHILE cardinality(open) > 0 LOOP
         WITH firsts AS (
@@ -95,21 +114,27 @@ BEGIN
         )
         SELECT mine || coalesce(jsonb_object_agg(c.dedup_id, f.i), '{}') INTO mine
         FROM (SELECT * FROM ins UNION ALL SELECT * FROM upd) c JOIN firsts f ON f.key = c.dedup_id;
-        -- the rest are duplicates (a new statement: it sees the claims that made them so)
-        SELECT held || coalesce(jsonb_object_agg(x.dedup_id, x.message_id), '{}') INTO held
-        FROM unnest(open) o(key)
-        JOIN queue_pg.dedup x ON x.queue_id = q.id AND x.dedup_id = o.key
-        WHERE NOT mine ? o.key;
+        -- the rest are duplicates (a new statement: it sees the claims that made them so),
+        -- but for this batch's own claims of the first pass (their ids are drawn here)
+        WITH firsts AS (
+            SELECT u.key, min(u.i) AS i FROM unnest(keys) WITH ORDINALITY u(key, i)
+            JOIN unnest(open) o(key) ON o.key = u.key GROUP BY u.key
+        )
+        SELECT mine || coalesce(jsonb_object_agg(x.dedup_id, f.i) FILTER (WHERE x.message_id = ids[f.i]), '{}'),
+               held || coalesce(jsonb_object_agg(x.dedup_id, x.message_id) FILTER (WHERE x.message_id <> ids[f.i]), '{}')
+        INTO mine, held
+        FROM firsts f
+        JOIN queue_pg.dedup x ON x.queue_id = q.id AND x.dedup_id = f.key
+        WHERE NOT mine ? f.key;
         SELECT coalesce(array_agg(k), '{}') INTO open FROM unnest(open) k
         WHERE NOT mine ? k AND NOT held ? k;  -- deleted by a sweep in between: claimed again
     END LOOP;
-    RETURN QUERY
-    SELECT CASE WHEN k.key IS NULL THEN ids[k.i]
-                WHEN mine ? k.key THEN ids[(mine ->> k.key)::integer]
-                ELSE (held ->> k.key)::bigint END,
-           k.key IS NULL OR (mine ->> k.key)::integer = k.i
-    FROM unnest(keys) WITH ORDINALITY k(key, i)
-    ORDER BY k.i;
+    SELECT array_agg(CASE WHEN k.key IS NULL THEN ids[k.i]
+                          WHEN mine ? k.key THEN ids[(mine ->> k.key)::integer]
+                          ELSE (held ->> k.key)::bigint END ORDER BY k.i),
+           array_agg(k.key IS NULL OR (mine ->> k.key)::integer = k.i ORDER BY k.i)
+    INTO sent_ids, fresh
+    FROM unnest(keys) WITH ORDINALITY k(key, i);
 END $$;
 
 -- Forgets dedup ids whose window is over (a bounded batch, oldest first by dedup_expiry;

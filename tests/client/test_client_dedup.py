@@ -82,8 +82,11 @@ def test_send_batch_dedups_within_the_batch_and_across_batches(
     again = client.send_batch("jobs", ["b2", "w", "c2", "n2"], dedup_ids=["y", "w", "z", None])
     assert again[0] == ids[1] and again[2] == ids[3] and again[1] not in ids
     assert client.send("jobs", "x again", dedup_id="x") == ids[0]
+    # every id distinct in the batch, some held: the others are sent
+    mixed = client.send_batch("jobs", ["p", "x3", "q"], dedup_ids=["p", "x", "q"])
+    assert mixed[1] == ids[0] and len(set(mixed) | set(ids) | set(again)) == 8
     bodies = sorted(m.body for m in client.receive("jobs", 100, conn=conn))
-    assert bodies == ["a", "b", "c", "n", "n2", "w"]
+    assert bodies == ["a", "b", "c", "n", "n2", "p", "q", "w"]
     assert client.stats("jobs").visible == 0
 
 
