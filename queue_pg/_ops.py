@@ -369,10 +369,15 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
 
 
 def start_redrive(dlq: str, to: str | None = None, rate: float | None = None) -> Call[int]:
+    """``rate``: messages a second, a number (not a duration)."""
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
+        raise InvalidParameter(f"rate = {rate!r:.40} is not a number of messages a second"
+                               f" ({type(rate).__name__})")
     return Call(
         'select queue_pg.start_redrive(%(dlq)s, "to" => %(to)s::text,'
         " rate => %(rate)s::float8) as result",
-        {"dlq": text(dlq, "dlq"), "to": text(to, "to"), "rate": seconds_or_none(rate, "rate")},
+        {"dlq": text(dlq, "dlq"), "to": text(to, "to"),
+         "rate": None if rate is None else float(rate)},
         as_int,
     )
 
