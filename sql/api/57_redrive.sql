@@ -98,6 +98,11 @@ DECLARE
 BEGIN
     IF "to" IS NOT NULL THEN
         target := queue_pg._queue("to", 'manage');
+        IF target.id = d.id THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('to = %s is invalid: allowed another queue than dlq, or NULL (each message''s source queue)',
+                                 quote_literal(target.name));
+        END IF;
     END IF;
     IF rate IS NOT NULL THEN
         PERFORM queue_pg._check('rate', rate, 0.1, 100000, 'messages per second');

@@ -187,6 +187,8 @@ def test_redrive_task_errors(client: Client, conn: psycopg.Connection) -> None:
         client.start_redrive("nope")
     with pytest.raises(InvalidParameter, match="rate = 0 is out of range"):
         client.start_redrive("dlq", rate=0)
+    with pytest.raises(InvalidParameter, match="to = 'dlq' is invalid"):
+        client.start_redrive("dlq", to="dlq")
     with pytest.raises(InvalidParameter, match="rate = '5' is not a number"):
         client.start_redrive("dlq", rate="5")  # type: ignore[arg-type]
     with pytest.raises(RedriveTaskNotFound, match="redrive task 12345"):
