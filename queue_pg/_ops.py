@@ -36,6 +36,7 @@ from queue_pg.decode import (
     one,
     queue_config,
     queue_stats,
+    redrive_task,
 )
 from queue_pg.errors import InvalidParameter
 from queue_pg.types import (
@@ -45,6 +46,7 @@ from queue_pg.types import (
     Message,
     QueueConfig,
     QueueStats,
+    RedriveTask,
     Seconds,
     flag,
     integer,
@@ -82,6 +84,8 @@ _SETTING_TYPES: dict[str, str] = {
     "history_retention": "float8",
     "fifo": "bool",
     "fair": "bool",
+    "content_dedup": "bool",
+    "dedup_window": "float8",
 }
 SETTINGS: frozenset[str] = frozenset(_SETTING_TYPES)
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {
@@ -170,13 +174,15 @@ def send(
     attributes: Mapping[str, Any] | None = None,
     debounce: bool = False,
     group: str | None = None,
+    dedup_id: str | None = None,
 ) -> Call[int]:
     """``debounce``: the send commits at once (the client's own connection), so SQL may skip
     a NOTIFY that another went out just before (see queue_pg._wake)."""
     return Call(
         "select queue_pg.send(%(queue)s, %(body)s::jsonb, delay => %(delay)s::float8,"
         " ttl => %(ttl)s::float8, attributes => %(attributes)s::jsonb,"
-        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text) as result",
+        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text,"
+        " dedup_id => %(dedup_id)s::text) as result",
         {
             "queue": text(queue, "queue"),
             "body": Jsonb(body),
@@ -185,6 +191,7 @@ def send(
             "attributes": _jsonb(attributes),
             "debounce": debounce,
             "group": None if group is None else text(group, "group"),
+            "dedup_id": text(dedup_id, "dedup_id"),
         },
         as_int,
     )
@@ -198,6 +205,7 @@ def send_batch(
     attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     debounce: bool = False,
     group: str | Sequence[str | None] | None = None,
+    dedup_ids: Sequence[str | None] | None = None,
 ) -> Call[list[int]]:
     """``attributes`` is one mapping for every message, or a list parallel to ``bodies`` (SQL
     checks the lengths match); so is ``group``, one name or a list. ``debounce`` as for
@@ -227,7 +235,8 @@ def send_batch(
         " attributes => case when %(attributes)s::jsonb is not null then array("
         "select nullif(e, 'null') from jsonb_array_elements(%(attributes)s::jsonb)"
         " with ordinality a(e, i) order by i) end,"
-        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text[])"
+        " debounce => %(debounce)s::boolean, \"group\" => %(group)s::text[],"
+        " dedup_ids => %(dedup_ids)s::text[])"
         " with ordinality as s(id, n) order by s.n",
         {
             "queue": text(queue, "queue"),
@@ -237,6 +246,9 @@ def send_batch(
             "attributes": None if attrs is None else Jsonb(attrs),
             "debounce": debounce,
             "group": groups,
+            "dedup_ids": None if dedup_ids is None else [
+                text(d, f"dedup_ids[{i}]") for i, d in enumerate(_iterable(dedup_ids, "dedup_ids"))
+            ],
         },
         ids,
     )
@@ -369,6 +381,41 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
         {"dlq": text(dlq, "dlq"), "to": text(to, "to"),
          "limit": integer(limit, "limit")},
         as_int,
+    )
+
+
+def start_redrive(dlq: str, to: str | None = None, rate: float | None = None) -> Call[int]:
+    """``rate``: messages a second, a number (not a duration)."""
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
+        raise InvalidParameter(f"rate = {rate!r:.40} is not a number of messages a second"
+                               f" ({type(rate).__name__})")
+    return Call(
+        'select queue_pg.start_redrive(%(dlq)s, "to" => %(to)s::text,'
+        " rate => %(rate)s::float8) as result",
+        {"dlq": text(dlq, "dlq"), "to": text(to, "to"),
+         "rate": None if rate is None else float(rate)},
+        as_int,
+    )
+
+
+def list_redrives(dlq: str | None = None) -> Call[list[RedriveTask]]:
+    return Call(
+        "select * from queue_pg.list_redrives(%(dlq)s::text)", {"dlq": text(dlq, "dlq")},
+        many(redrive_task),
+    )
+
+
+def cancel_redrive(task: int) -> Call[RedriveTask]:
+    return Call(
+        "select * from queue_pg.cancel_redrive(%(task)s::bigint)",
+        {"task": integer(task, "task")}, one(redrive_task),
+    )
+
+
+def redrive_step(max_rows: int = 1000) -> Call[int]:
+    return Call(
+        "select queue_pg.redrive_step(%(max_rows)s::int) as result",
+        {"max_rows": integer(max_rows, "max_rows")}, as_int,
     )
 
 

@@ -27,6 +27,7 @@ from queue_pg.types import (
     Message,
     QueueConfig,
     QueueStats,
+    RedriveTask,
     Seconds,
 )
 
@@ -110,6 +111,7 @@ class AsyncClient(AsyncClientBase):
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
         group: str | None = None,
+        dedup_id: str | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> int:
@@ -118,10 +120,14 @@ class AsyncClient(AsyncClientBase):
         ``group``: the message group (1 to 128 characters), required on a FIFO queue, whose
         groups are each delivered in send order, one message at a time; on a fair queue the
         tenant the message belongs to. See docs/fifo.md.
+        ``dedup_id`` (1 - 128 characters; on a ``content_dedup`` queue the body's SHA-256 when
+        None): a second send of the same id within the queue's ``dedup_window`` sends nothing
+        and returns the first message's id.
         ``session``: a SQLAlchemy Session or Connection whose transaction the message joins
         (psycopg 3 driver), like ``conn`` does for a psycopg connection."""
         target = await _sqla.ajoin(conn, session)
-        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None, group=group)
+        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None, group=group,
+                         dedup_id=dedup_id)
         return await self._run(call, target)
 
     async def send_batch(
@@ -133,6 +139,7 @@ class AsyncClient(AsyncClientBase):
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         group: str | Sequence[str | None] | None = None,
+        dedup_ids: Sequence[str | None] | None = None,
         conn: AsyncConnection | None = None,
         session: AsyncSessionLike | None = None,
     ) -> list[int]:
@@ -140,11 +147,13 @@ class AsyncClient(AsyncClientBase):
 
         ``attributes``: one mapping for every message, or a list parallel to ``bodies``;
         ``group`` likewise, one name or a list (see :meth:`send`).
+        ``dedup_ids``: a list parallel to ``bodies`` (None: no id) as :meth:`send`'s
+        ``dedup_id``; a duplicate, also of an earlier message of the batch, gets the first's id.
         ``session``: as for :meth:`send`.
         """
         target = await _sqla.ajoin(conn, session)
         call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None,
-                               group=group)
+                               group=group, dedup_ids=dedup_ids)
         return await self._run(call, target)
 
     async def receive(
@@ -269,6 +278,40 @@ class AsyncClient(AsyncClientBase):
     ) -> int:
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
+
+    async def start_redrive(
+        self,
+        dlq: str,
+        *,
+        to: str | None = None,
+        rate: float | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int:
+        """Start a redrive task: move ``dlq``'s dead-lettered messages back to their source
+        queue (or ``to``), at most ``rate`` a second; returns the task id.
+
+        The task lives in the database: :meth:`redrive_step` and every sweep advance it, so it
+        goes on after a restart. One running task per queue (``RedriveInProgress``)."""
+        return await self._run(_ops.start_redrive(dlq, to, rate), conn)
+
+    async def list_redrives(
+        self, dlq: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> list[RedriveTask]:
+        """The redrive tasks of ``dlq`` (None: of every queue the caller manages), newest first."""
+        return await self._run(_ops.list_redrives(dlq), conn)
+
+    async def cancel_redrive(
+        self, task: int, *, conn: AsyncConnection | None = None
+    ) -> RedriveTask:
+        """Stop a running redrive task (messages moved so far stay moved); the task as it is."""
+        return await self._run(_ops.cancel_redrive(task), conn)
+
+    async def redrive_step(
+        self, max_rows: int = 1000, *, conn: AsyncConnection | None = None
+    ) -> int:
+        """Advance the running redrive tasks of the queues the caller manages now, within their
+        rates (sweeps do it too); returns how many messages moved."""
+        return await self._run(_ops.redrive_step(max_rows), conn)
 
     # --- access ---------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from queue_pg.types import (
     Message,
     QueueConfig,
     QueueStats,
+    RedriveTask,
     Seconds,
 )
 
@@ -107,6 +108,7 @@ class Client(ClientBase):
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
         group: str | None = None,
+        dedup_id: str | None = None,
         conn: Connection | None = None,
         session: SessionLike | None = None,
     ) -> int:
@@ -115,10 +117,14 @@ class Client(ClientBase):
         ``group``: the message group (1 to 128 characters), required on a FIFO queue, whose
         groups are each delivered in send order, one message at a time; on a fair queue the
         tenant the message belongs to. See docs/fifo.md.
+        ``dedup_id`` (1 - 128 characters; on a ``content_dedup`` queue the body's SHA-256 when
+        None): a second send of the same id within the queue's ``dedup_window`` sends nothing
+        and returns the first message's id.
         ``session``: a SQLAlchemy Session or Connection whose transaction the message joins
         (psycopg 3 driver), like ``conn`` does for a psycopg connection."""
         target = _sqla.join(conn, session)
-        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None, group=group)
+        call = _ops.send(queue, body, delay, ttl, attributes, debounce=target is None, group=group,
+                         dedup_id=dedup_id)
         return self._run(call, target)
 
     def send_batch(
@@ -130,6 +136,7 @@ class Client(ClientBase):
         ttl: Seconds | None = None,
         attributes: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         group: str | Sequence[str | None] | None = None,
+        dedup_ids: Sequence[str | None] | None = None,
         conn: Connection | None = None,
         session: SessionLike | None = None,
     ) -> list[int]:
@@ -137,11 +144,13 @@ class Client(ClientBase):
 
         ``attributes``: one mapping for every message, or a list parallel to ``bodies``;
         ``group`` likewise, one name or a list (see :meth:`send`).
+        ``dedup_ids``: a list parallel to ``bodies`` (None: no id) as :meth:`send`'s
+        ``dedup_id``; a duplicate, also of an earlier message of the batch, gets the first's id.
         ``session``: as for :meth:`send`.
         """
         target = _sqla.join(conn, session)
         call = _ops.send_batch(queue, bodies, delay, ttl, attributes, debounce=target is None,
-                               group=group)
+                               group=group, dedup_ids=dedup_ids)
         return self._run(call, target)
 
     def receive(
@@ -266,6 +275,40 @@ class Client(ClientBase):
     ) -> int:
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
+
+    def start_redrive(
+        self,
+        dlq: str,
+        *,
+        to: str | None = None,
+        rate: float | None = None,
+        conn: Connection | None = None,
+    ) -> int:
+        """Start a redrive task: move ``dlq``'s dead-lettered messages back to their source
+        queue (or ``to``), at most ``rate`` a second; returns the task id.
+
+        The task lives in the database: :meth:`redrive_step` and every sweep advance it, so it
+        goes on after a restart. One running task per queue (``RedriveInProgress``)."""
+        return self._run(_ops.start_redrive(dlq, to, rate), conn)
+
+    def list_redrives(
+        self, dlq: str | None = None, *, conn: Connection | None = None
+    ) -> list[RedriveTask]:
+        """The redrive tasks of ``dlq`` (None: of every queue the caller manages), newest first."""
+        return self._run(_ops.list_redrives(dlq), conn)
+
+    def cancel_redrive(
+        self, task: int, *, conn: Connection | None = None
+    ) -> RedriveTask:
+        """Stop a running redrive task (messages moved so far stay moved); the task as it is."""
+        return self._run(_ops.cancel_redrive(task), conn)
+
+    def redrive_step(
+        self, max_rows: int = 1000, *, conn: Connection | None = None
+    ) -> int:
+        """Advance the running redrive tasks of the queues the caller manages now, within their
+        rates (sweeps do it too); returns how many messages moved."""
+        return self._run(_ops.redrive_step(max_rows), conn)
 
     # --- access ---------------------------------------------------------------------------------
 

@@ -19,7 +19,15 @@ from psycopg.pq import ExecStatus, Format
 from psycopg.pq.abc import PGresult
 from psycopg.types.json import JsonbLoader as _PsycopgJsonbLoader
 
-from queue_pg.types import DeleteResult, Grant, Message, QueueConfig, QueueStats, UndecodableBody
+from queue_pg.types import (
+    DeleteResult,
+    Grant,
+    Message,
+    QueueConfig,
+    QueueStats,
+    RedriveTask,
+    UndecodableBody,
+)
 
 __all__ = [
     "Columns",
@@ -41,6 +49,7 @@ __all__ = [
     "one",
     "queue_config",
     "queue_stats",
+    "redrive_task",
 ]
 
 D = TypeVar("D")
@@ -105,6 +114,7 @@ queue_config = record(QueueConfig)
 queue_stats = record(QueueStats)
 delete_result = record(DeleteResult)
 grant_info = record(Grant)
+redrive_task = record(RedriveTask)
 
 
 # --- jsonb ----------------------------------------------------------------------------------

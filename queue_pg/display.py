@@ -114,6 +114,8 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
         ("history_retention", fmt_seconds(q.history_retention)),
         ("fifo", "yes" if q.fifo else "no"),
         ("fair", "yes" if q.fair else "no"),
+        ("content_dedup", "on" if q.content_dedup else "off"),
+        ("dedup_window", fmt_seconds(q.dedup_window)),
     ]
 
 
@@ -139,6 +141,8 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
         "max_receive_count": "max receive\ncount",
         "in_flight_limit": "in-flight\nlimit",
         "history_retention": "history\nretention",
+        "content_dedup": "content\ndedup",
+        "dedup_window": "dedup\nwindow",
     }
     table = Table()
     table.add_column("queue", no_wrap=True)

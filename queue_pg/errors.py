@@ -32,6 +32,8 @@ __all__ = [
     "QueueError",
     "QueueInUse",
     "QueueNotFound",
+    "RedriveInProgress",
+    "RedriveTaskNotFound",
     "SchemaMissing",
     "ServerUnavailable",
     "StaleReceipt",
@@ -120,6 +122,12 @@ class AccessDenied(QueueError):
 class InvalidSchedule(InvalidParameter):
     """A periodic task's schedule SQL refuses (QP025): a malformed cron expression or one that
     never fires, an unknown time zone, a bad name or missed-ticks policy."""
+class RedriveTaskNotFound(QueueError):
+    """cancel_redrive of a task id that does not exist, or whose queue was dropped (QP035)."""
+
+
+class RedriveInProgress(QueueError):
+    """start_redrive on a dead-letter queue that has a running task already (QP036)."""
 
 
 # --- at the door: the database cannot be used at all ------------------------------------------
@@ -195,6 +203,8 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP011": AccessDenied,
     "QP025": InvalidSchedule,
     "QP030": GroupRequired,
+    "QP035": RedriveTaskNotFound,
+    "QP036": RedriveInProgress,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire

@@ -21,6 +21,7 @@ __all__ = [
     "QueueConfig",
     "QueueSettings",
     "QueueStats",
+    "RedriveTask",
     "Seconds",
     "UndecodableBody",
     "flag",
@@ -145,6 +146,8 @@ class QueueConfig:
     history_retention: float
     fifo: bool
     fair: bool
+    content_dedup: bool
+    dedup_window: float
     created_at: datetime
 
 
@@ -192,6 +195,28 @@ class Grant:
     granted_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveTask:
+    """A redrive task (``start_redrive``): dead-lettered messages of ``dlq`` moving back to the
+    queue each came from (``target`` None) or to ``target``, at most ``rate`` a second.
+
+    ``status`` is running, completed, cancelled or failed (``error`` says why); ``moved`` of
+    ``to_move`` (the movable messages counted at the start) are back.
+    """
+
+    id: int
+    dlq: str
+    target: str | None
+    rate: float | None
+    status: str
+    moved: int
+    to_move: int
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+
 class QueueSettings(TypedDict, total=False):
     """Keyword settings of create_queue / alter_queue.
 
@@ -213,3 +238,5 @@ class QueueSettings(TypedDict, total=False):
     history_retention: Seconds
     fifo: bool
     fair: bool
+    content_dedup: bool
+    dedup_window: Seconds

@@ -36,7 +36,8 @@ END $$;
 TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters,
     queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes,
     queue_pg.periodic,
-    queue_pg.fifo_groups;
+    queue_pg.fifo_groups,
+    queue_pg.dedup, queue_pg.redrive_tasks;
 UPDATE queue_pg.tuning_runs SET at = NULL;
 DELETE FROM queue_pg.queues;
 """

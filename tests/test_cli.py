@@ -277,3 +277,22 @@ def test_wrong_dsn_is_one_red_line_with_the_hint() -> None:
     assert result.exit_code == 1, result.output
     assert result.stderr.count("error: ") == 1 and "Traceback" not in result.output
     assert "cannot reach the database" in result.stderr and "check the DSN" in result.stderr
+
+
+def test_redrive_tasks_start_list_cancel_and_the_one_shot_form(clean: str) -> None:
+    run(clean, "create", "dlq")
+    run(clean, "create", "q", "--dead-letter-queue", "dlq", "--max-receive-count", "1")
+    with psycopg.connect(clean, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO queue_pg.messages (queue_id, source_queue_id, visible_at, enqueued_at, body)"
+            " SELECT d.id, s.id, now() - interval '1 s', now(), to_jsonb(i)"
+            " FROM queue_pg.queues d, queue_pg.queues s, generate_series(1, 10) i"
+            " WHERE d.name = 'dlq' AND s.name = 'q'")
+    started = run(clean, "redrive", "start", "dlq", "--rate", "2").stdout
+    task = int(started.split()[2])
+    listed = run(clean, "redrive", "list", "dlq").stdout
+    assert "running" in listed and "(source)" in listed
+    assert "cancelled" in run(clean, "redrive", "cancel", str(task)).stdout
+    assert "moved 8 messages out of dlq" in run(clean, "redrive", "dlq").stdout  # as before
+    assert "completed" in run(clean, "redrive", "start", "dlq", "--follow").stdout
+    assert "redrive task 999999 does not exist" in run(clean, "redrive", "cancel", "999999", code=1).stderr

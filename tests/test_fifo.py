@@ -193,3 +193,42 @@ def test_moves_between_queues_go_through_fifo_moved(client: Client,
     assert b1.body == "b1"
     client.delete("b", b1.receipt)
     assert bodies(client.receive("b", 10)) == ["a1"]
+
+
+def test_dedup_ids_on_a_fifo_queue_keep_one_message_in_its_group(client: Client) -> None:
+    """Deduplication (docs/dedup.md) and groups together: a duplicate returns the first's id and
+    takes no place in its group; a batch's fresh messages keep their group order."""
+    client.create_queue("f", fifo=True)
+    first = client.send("f", "a1", group="a", dedup_id="x")
+    assert client.send("f", "a1 again", group="a", dedup_id="x") == first
+    ids = client.send_batch("f", ["a2", "dup", "a3", "b1"], group=["a", "a", "a", "b"],
+                            dedup_ids=["y", "x", None, "z"])
+    assert ids[1] == first and len(set(ids)) == 4
+    seen: dict[str, list[str]] = {}
+    while got := client.receive("f", 10):
+        assert len({m.body[0] for m in got}) == len(got)  # one message a group at a time
+        for m in got:
+            seen.setdefault(m.body[0], []).append(m.body)
+        client.delete_batch("f", [m.receipt for m in got])
+    assert seen == {"a": ["a1", "a2", "a3"], "b": ["b1"]}
+
+
+def test_redrive_out_of_and_into_fifo_queues_keeps_groups_in_order(client: Client) -> None:
+    """redrive() and redrive tasks move messages through _fifo_moved: the FIFO dead-letter
+    queue's groups move on, and the messages rejoin their groups in the FIFO source in order."""
+    client.create_queue("dlq", fifo=True)
+    client.create_queue("f", fifo=True, dead_letter_queue="dlq", max_receive_count=5)
+    client.send_batch("f", ["a1", "a2", "a3"], group="a")
+    for expected in ("a1", "a2"):
+        [m] = client.receive("f")
+        assert m.body == expected
+        client.dead_letter("f", m.receipt)
+    # a3 is in f; a1 then a2 wait in the dead-letter queue's group "a"
+    assert client.redrive("dlq") == 1  # only the group's head is visible to move
+    assert client.redrive("dlq") == 1
+    order = []
+    while got := client.receive("f", 10):
+        assert len(got) == 1
+        order.append(got[0].body)
+        client.delete("f", got[0].receipt)
+    assert order == ["a3", "a1", "a2"]

@@ -28,7 +28,7 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg._fifo_gone(),
             queue_pg._fifo_advance(integer, text, bigint, timestamptz),
             queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz,
-                                double precision),
+                                double precision, bigint[]),
             queue_pg._fifo_enter(integer, bigint[]),
             queue_pg._fifo_moved(integer, integer, bigint[], timestamptz),
             queue_pg._check_groups(queue_pg.queues, text[], double precision, integer),

@@ -15,6 +15,7 @@ import psycopg
 
 from queue_pg.cli import admin, advice, messages, queues, surfaces
 from queue_pg.cli import tasks as task_commands
+from queue_pg.cli.redrive import redrive
 from queue_pg.cli.server import server
 from queue_pg.cli.spark import spark
 from queue_pg.cli.state import State, fail
@@ -66,5 +67,5 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *admin.COMMANDS, *advice.COMMANDS, server,
-                 spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS):
+                 spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS, redrive):
     main.add_command(_command)

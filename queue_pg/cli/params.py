@@ -83,6 +83,8 @@ SETTING_OPTIONS: tuple[tuple[str, Any, str], ...] = (
     ("history_retention", Duration(), "How long history rows are kept."),
     ("fifo", bool, "FIFO queue: each send names a group, delivered in order (set at create)."),
     ("fair", bool, "Serve tenants (groups) with few messages in flight first."),
+    ("content_dedup", bool, "Take a send's dedup id from its body's SHA-256."),
+    ("dedup_window", Duration(), "How long a dedup id is remembered."),
 )
 
 

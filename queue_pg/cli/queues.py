@@ -1,4 +1,4 @@
-"""Commands on queues: create, alter, drop, list, stats, purge, redrive, sweep."""
+"""Commands on queues: create, alter, drop, list, stats, purge, sweep."""
 
 from __future__ import annotations
 
@@ -114,17 +114,6 @@ def purge(state: State, queue: str, yes: bool) -> None:
 
 
 @click.command()
-@click.argument("dlq")
-@click.option("--to", metavar="QUEUE", help="Move them here (default: the queue each came from).")
-@click.option("--limit", type=int, help="Move at most this many.")
-@pass_state
-def redrive(state: State, dlq: str, to: str | None, limit: int | None) -> None:
-    """Move dead-lettered messages of DLQ back (receive count reset)."""
-    n = state.client.redrive(dlq, to=to, limit=limit)
-    out().print(f"moved {n} message{'s' * (n != 1)} out of {escape(dlq)}")
-
-
-@click.command()
 @pass_state
 def sweep(state: State) -> None:
     """Delete expired messages now (one bounded batch)."""
@@ -132,4 +121,4 @@ def sweep(state: State) -> None:
     out().print(f"swept {n} expired message{'s' * (n != 1)}")
 
 
-COMMANDS = (create, alter, drop, list_, stats, purge, redrive, sweep)
+COMMANDS = (create, alter, drop, list_, stats, purge, sweep)  # redrive: cli/redrive.py

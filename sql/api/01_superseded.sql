@@ -17,10 +17,22 @@ DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);
 DROP FUNCTION IF EXISTS queue_pg._count(text, integer, bigint);
--- revision 0008 (FIFO and fair queues): settings fifo, fair; send's and send_batch's "group"
+-- revisions 0008 (FIFO and fair queues: settings fifo, fair; send's and send_batch's "group") and
+-- 0009 (deduplication: send's dedup_id, send_batch's dedup_ids, settings content_dedup,
+-- dedup_window): the signatures before both, and those with only one of them
+DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb, boolean);
+DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[], boolean);
+DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb, boolean, text);
+DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[], boolean, text[]);
 DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
     integer, double precision, double precision, text, integer, integer, boolean, double precision);
 DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
     integer, double precision, double precision, text, integer, integer, boolean, double precision, text[]);
-DROP FUNCTION IF EXISTS queue_pg.send(text, jsonb, double precision, double precision, jsonb, boolean);
-DROP FUNCTION IF EXISTS queue_pg.send_batch(text, jsonb[], double precision, double precision, jsonb[], boolean);
+DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, boolean);
+DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, boolean, text[]);
+DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision);
+DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision, text[]);

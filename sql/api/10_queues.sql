@@ -60,6 +60,11 @@ BEGIN
             MESSAGE = format('fifo = %s and fair = %s are invalid: allowed true or false, not both true (a FIFO queue serves each group in order, a fair queue shares among tenants)',
                              coalesce(q.fifo::text, 'NULL'), coalesce(q.fair::text, 'NULL'));
     END IF;
+    -- deduplication (sql/api/22_dedup.sql)
+    IF q.content_dedup IS NULL THEN
+        PERFORM queue_pg._raise('QP003', 'content_dedup = NULL is invalid: allowed true or false');
+    END IF;
+    PERFORM queue_pg._check('dedup_window', q.dedup_window, 1, 604800);
 END $$;
 
 -- Keeps the in-flight counter row in step with the queue's in_flight_limit.
@@ -137,7 +142,9 @@ CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     history boolean DEFAULT true,
     history_retention double precision DEFAULT 604800,
     fifo boolean DEFAULT false,
-    fair boolean DEFAULT false
+    fair boolean DEFAULT false,
+    content_dedup boolean DEFAULT false,
+    dedup_window double precision DEFAULT 300
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -160,14 +167,16 @@ BEGIN
     q.history_retention := create_queue.history_retention;
     q.fifo := create_queue.fifo;
     q.fair := create_queue.fair;
+    q.content_dedup := create_queue.content_dedup;
+    q.dedup_window := create_queue.dedup_window;
     PERFORM queue_pg._validate(q);
 
     INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
         receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
-        history_retention, fifo, fair)
+        history_retention, fifo, fair, content_dedup, dedup_window)
     VALUES (q.name, q.visibility_timeout, q.message_ttl, q.delay, q.max_message_size, q.receive_wait,
         q.max_lease, q.dead_letter_queue, q.max_receive_count, q.in_flight_limit, q.history,
-        q.history_retention, q.fifo, q.fair)
+        q.history_retention, q.fifo, q.fair, q.content_dedup, q.dedup_window)
     ON CONFLICT ON CONSTRAINT queues_name_key DO NOTHING
     RETURNING t.* INTO old;
 
@@ -195,7 +204,9 @@ BEGIN
         ('history', old.history::text, q.history::text),
         ('history_retention', old.history_retention::text, q.history_retention::text),
         ('fifo', old.fifo::text, q.fifo::text),
-        ('fair', old.fair::text, q.fair::text)
+        ('fair', old.fair::text, q.fair::text),
+        ('content_dedup', old.content_dedup::text, q.content_dedup::text),
+        ('dedup_window', old.dedup_window::text, q.dedup_window::text)
     ) AS s(k, o, n)
     WHERE o IS DISTINCT FROM n;
     IF diff IS NOT NULL THEN
@@ -221,6 +232,8 @@ CREATE OR REPLACE FUNCTION queue_pg.alter_queue(
     history_retention double precision DEFAULT NULL,
     fifo boolean DEFAULT NULL,
     fair boolean DEFAULT NULL,
+    content_dedup boolean DEFAULT NULL,
+    dedup_window double precision DEFAULT NULL,
     clear text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
@@ -251,6 +264,8 @@ BEGIN
                              alter_queue.fifo::text, quote_literal(q.name), q.fifo::text);
     END IF;
     q.fair := coalesce(alter_queue.fair, q.fair);
+    q.content_dedup := coalesce(alter_queue.content_dedup, q.content_dedup);
+    q.dedup_window := coalesce(alter_queue.dedup_window, q.dedup_window);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         CASE c
             WHEN 'message_ttl' THEN q.message_ttl := NULL;
@@ -272,7 +287,8 @@ BEGIN
         max_message_size = q.max_message_size, receive_wait = q.receive_wait, max_lease = q.max_lease,
         dead_letter_queue = q.dead_letter_queue, max_receive_count = q.max_receive_count,
         in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention,
-        fair = q.fair
+        fair = q.fair,
+        content_dedup = q.content_dedup, dedup_window = q.dedup_window
     WHERE t.id = q.id;
     PERFORM queue_pg._sync_in_flight(q);
     RETURN NEXT q;

@@ -159,7 +159,8 @@ CREATE OR REPLACE FUNCTION queue_pg.send(
     ttl double precision DEFAULT NULL,
     attributes jsonb DEFAULT NULL,
     debounce boolean DEFAULT false,
-    "group" text DEFAULT NULL
+    "group" text DEFAULT NULL,
+    dedup_id text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -169,6 +170,7 @@ DECLARE
     n timestamptz := queue_pg._now();
     size bigint;
     new_id bigint;
+    old_id bigint;
     dest integer;
 BEGIN
     IF d >= t THEN
@@ -182,14 +184,24 @@ BEGIN
     IF q.fifo OR "group" IS NOT NULL THEN  -- groups (sql/api/32_fifo.sql)
         PERFORM queue_pg._check_groups(q, ARRAY["group"], delay, NULL);
     END IF;
+    -- deduplication (sql/api/22_dedup.sql): only a send with an id, or to a content_dedup queue
+    IF dedup_id IS NOT NULL OR q.content_dedup THEN
+        new_id := nextval('queue_pg.messages_id_seq'::regclass);
+        old_id := queue_pg._dedup_one(q, queue_pg._dedup_key(dedup_id, body, q.content_dedup), new_id, n);
+        IF old_id IS NOT NULL THEN
+            RETURN old_id;  -- a duplicate: accepted, not sent again
+        END IF;
+    END IF;
     IF q.fifo THEN
-        new_id := queue_pg._fifo_send(q, ARRAY[body], ARRAY[attributes], ARRAY["group"], n, t);
+        new_id := queue_pg._fifo_send(q, ARRAY[body], ARRAY[attributes], ARRAY["group"], n, t, ARRAY[new_id]);
     ELSE
     IF q.has_routes THEN  -- a type with a route lands in its target queue (sql/api/56_tuning.sql)
         dest := (queue_pg._route(q.id, ARRAY[attributes]))[1];
     END IF;
-    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
-    VALUES (coalesce(dest, q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes, "group")
+    INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+    OVERRIDING SYSTEM VALUE
+    VALUES (coalesce(new_id, nextval('queue_pg.messages_id_seq'::regclass)), coalesce(dest, q.id),
+            n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes, "group")
     RETURNING id INTO new_id;
     END IF;
     PERFORM nextval(queue_pg._sequence('sent', coalesce(dest, q.id)));
@@ -207,7 +219,8 @@ CREATE OR REPLACE FUNCTION queue_pg.send_batch(
     ttl double precision DEFAULT NULL,
     attributes jsonb[] DEFAULT NULL,
     debounce boolean DEFAULT false,
-    "group" text[] DEFAULT NULL
+    "group" text[] DEFAULT NULL,
+    dedup_ids text[] DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -218,6 +231,8 @@ DECLARE
     cnt integer := coalesce(cardinality(bodies), 0);
     bad record;
     dests integer[];
+    ids bigint[];  -- with dedup ids: per message, its id (fresh) or its first's (a duplicate)
+    fresh boolean[];
 BEGIN
     PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
     PERFORM queue_pg._check_list('bodies', bodies);
@@ -229,6 +244,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('len(attributes) = %s is invalid: allowed NULL or len(bodies) = %s',
                              cardinality(attributes), cnt);
+    END IF;
+    IF dedup_ids IS NOT NULL AND (cardinality(dedup_ids) <> cnt OR array_ndims(dedup_ids) > 1 OR array_lower(dedup_ids, 1) <> 1) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('len(dedup_ids) = %s is invalid: allowed NULL or a list of len(bodies) = %s ids (NULL: none)',
+                             cardinality(dedup_ids), cnt);
     END IF;
     -- Find the first entry that breaks a bound (_unfit) without a loop on the good path.
     SELECT b.body, attributes[b.i] AS attr, b.i INTO bad
@@ -243,28 +263,49 @@ BEGIN
     IF q.fifo OR "group" IS NOT NULL THEN  -- groups (sql/api/32_fifo.sql)
         PERFORM queue_pg._check_groups(q, "group", delay, cnt);
     END IF;
-    IF q.fifo THEN
+    -- deduplication (sql/api/22_dedup.sql): only a batch with ids, or to a content_dedup queue;
+    -- duplicates are left out below, and what is counted and routed is the fresh messages only
+    IF dedup_ids IS NOT NULL OR q.content_dedup THEN
+        SELECT x.sent_ids, x.fresh INTO ids, fresh
+        FROM queue_pg._dedup_ids(q, ARRAY(SELECT queue_pg._dedup_key(dedup_ids[b.i], b.body, q.content_dedup, (b.i - 1)::integer)
+                                          FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i), n) x;
+        RETURN QUERY SELECT unnest(ids);
+    END IF;
+    IF q.fifo AND fresh IS NULL THEN
         RETURN QUERY SELECT queue_pg._fifo_send(q, bodies, attributes, "group", n, t);
+    ELSIF q.fifo THEN  -- the fresh messages only, with the ids the dedup step gave them
+        PERFORM queue_pg._fifo_send(q,
+            ARRAY(SELECT bodies[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i),
+            CASE WHEN attributes IS NOT NULL THEN ARRAY(SELECT attributes[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i) END,
+            ARRAY(SELECT "group"[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i), n, t,
+            ARRAY(SELECT ids[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i));
     ELSE
     IF q.has_routes THEN  -- per message: its type's target queue, or NULL (sql/api/56_tuning.sql)
         dests := queue_pg._route(q.id, attributes);
     END IF;
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
-        SELECT coalesce(dests[b.i], q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i]
+        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT coalesce(ids[b.i], nextval('queue_pg.messages_id_seq'::regclass)), coalesce(dests[b.i], q.id),
+               n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i]
         FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
+        WHERE fresh IS NULL OR fresh[b.i]
         ORDER BY b.i
         RETURNING id
     )
-    SELECT ins.id FROM ins ORDER BY ins.id;
+    SELECT ins.id FROM ins WHERE ids IS NULL ORDER BY ins.id;
+    END IF;
+    IF fresh IS NOT NULL THEN  -- deduplicated (above): only the fresh messages are counted
+        dests := CASE WHEN dests IS NOT NULL THEN ARRAY(SELECT dests[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i) END;
+        cnt := cardinality(array_positions(fresh, true));
     END IF;
     IF dests IS NULL THEN
         PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', cnt) k;
     ELSE
         PERFORM queue_pg._routed_sends(q.id, dests, cnt, d = 0, debounce);
     END IF;
-    IF d = 0 THEN
+    IF d = 0 AND cnt > 0 THEN
         PERFORM queue_pg._wake(q.id, debounce);
     END IF;
 END $$;

@@ -56,7 +56,8 @@ END $$;
 -- sends are ordered by that lock, so send order is id order within a group. A group without a
 -- head (new, or emptied) gets its first message here as the head; every other message waits.
 CREATE OR REPLACE FUNCTION queue_pg._fifo_send(q queue_pg.queues, bodies jsonb[], attributes jsonb[],
-                                               groups text[], n timestamptz, t double precision)
+                                               groups text[], n timestamptz, t double precision,
+                                               ids bigint[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -71,8 +72,9 @@ BEGIN
     SELECT coalesce(array_agg(g.group_id) FILTER (WHERE g.head IS NULL), '{}') INTO open FROM g;
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
-        SELECT q.id,
+        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+        OVERRIDING SYSTEM VALUE  -- ids: those a deduplicated send reserved (sql/api/22_dedup.sql)
+        SELECT coalesce(ids[b.i], nextval('queue_pg.messages_id_seq'::regclass)), q.id,
                CASE WHEN b.first AND groups[b.i] = ANY (open) THEN n + queue_pg._seconds(q.delay)
                     ELSE 'infinity' END,
                n + queue_pg._seconds(t), n, b.body, attributes[b.i], groups[b.i]
@@ -161,6 +163,8 @@ END $$;
 -- are (delivered without order).
 CREATE OR REPLACE FUNCTION queue_pg._fifo_enter(queue_id integer, ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    heads bigint[];
 BEGIN
     WITH g AS (
         INSERT INTO queue_pg.fifo_groups AS f (queue_id, group_id)
@@ -178,9 +182,11 @@ BEGIN
         WHERE m.id = ANY (ids) AND m.queue_id = _fifo_enter.queue_id AND m.group_id IS NOT NULL
           AND m.id NOT IN (SELECT id FROM first)
     )
-    UPDATE queue_pg.fifo_groups f SET head = first.id
-    FROM first JOIN queue_pg.messages m ON m.id = first.id
-    WHERE f.queue_id = _fifo_enter.queue_id AND f.group_id = m.group_id;
+    SELECT array_agg(first.id) INTO heads FROM first;
+    -- a statement of its own: the rows g inserted are not visible to g's sibling statements
+    UPDATE queue_pg.fifo_groups f SET head = m.id
+    FROM queue_pg.messages m
+    WHERE m.id = ANY (heads) AND f.queue_id = _fifo_enter.queue_id AND f.group_id = m.group_id;
 END $$;
 
 -- Fair queues: the claim of up to `want` visible messages, locked, for _claim. The tenants

@@ -143,11 +143,58 @@ BEGIN
     PERFORM queue_pg._history_maintenance(max_rows);
     PERFORM queue_pg._maintain(at);  -- samples for queue_stats, auto-tuning (sql/api/56_tuning.sql)
     PERFORM queue_pg._forget_writes(max_rows);
+    PERFORM queue_pg._forget_dedup(at, max_rows);  -- sql/api/22_dedup.sql
+    PERFORM queue_pg._redrive_steps(max_rows, at);  -- redrive tasks, sql/api/57_redrive.sql
+    RETURN cnt;
+END $$;
+
+-- Moves up to `max` dead-lettered messages of queue dlq_id back, as if new (receive count
+-- reset, visible now): to target_id, or each to the queue it came from (those whose source was
+-- dropped stay, unless target_id is given). Only messages visible at `cutoff`; rows another
+-- transaction holds are skipped. The one move of redrive and of the redrive tasks
+-- (sql/api/57_redrive.sql); the number moved.
+CREATE OR REPLACE FUNCTION queue_pg._move_back(dlq_id integer, target_id integer, max bigint,
+                                               cutoff timestamptz, at timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    cnt bigint;
+    qids integer[];
+    mids bigint[];
+    mqids integer[];
+    key bytea;
+BEGIN
+    WITH pick AS (
+        SELECT m.id FROM queue_pg.messages m
+        WHERE m.queue_id = dlq_id AND m.visible_at <= cutoff
+          AND (m.source_queue_id IS NOT NULL OR target_id IS NOT NULL)
+        ORDER BY m.visible_at
+        LIMIT max
+        FOR UPDATE SKIP LOCKED
+    ),
+    moved AS (
+        UPDATE queue_pg.messages m SET
+            queue_id = coalesce(target_id, m.source_queue_id), source_queue_id = NULL,
+            visible_at = at, receive_count = 0, lease_no = m.lease_no + 1, lease_expiries = 0,
+            released = false, first_received_at = NULL, last_received_at = NULL
+        FROM pick WHERE m.id = pick.id
+        RETURNING m.id, m.queue_id
+    )
+    SELECT count(*), array_agg(DISTINCT moved.queue_id), array_agg(moved.id), array_agg(moved.queue_id)
+    INTO cnt, qids, mids, mqids FROM moved;
+    -- a FIFO queue on either side: the groups move on and the moved join theirs (32_fifo.sql)
+    IF EXISTS (SELECT 1 FROM queue_pg.queues q WHERE q.fifo AND q.id = ANY (qids || dlq_id)) THEN
+        PERFORM queue_pg._fifo_moved(dlq_id, x,
+                                     ARRAY(SELECT u.i FROM unnest(mids, mqids) u(i, d) WHERE u.d = x), at)
+        FROM unnest(qids) x;
+    END IF;
+    key := queue_pg._key();
+    PERFORM pg_notify(queue_pg._channel(x, key), '') FROM unnest(qids) x;
     RETURN cnt;
 END $$;
 
 -- SQS StartMessageMoveTask, synchronous: dead-lettered messages go back to the queue each came
--- from (or `to`), as if new: receive count reset, visible now.
+-- from (or `to`), as if new: receive count reset, visible now. start_redrive (57_redrive.sql)
+-- does it as a task, at a rate.
 CREATE OR REPLACE FUNCTION queue_pg.redrive(dlq text, "to" text DEFAULT NULL, "limit" integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -155,9 +202,6 @@ DECLARE
     d queue_pg.queues := queue_pg._queue(dlq, 'manage');
     target queue_pg.queues;
     at timestamptz := queue_pg._now();
-    cnt bigint;
-    qids integer[];
-    key bytea;
 BEGIN
     IF "to" IS NOT NULL THEN
         target := queue_pg._queue("to", 'manage');
@@ -165,24 +209,5 @@ BEGIN
     IF "limit" IS NOT NULL THEN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');
     END IF;
-    WITH pick AS (
-        SELECT m.id FROM queue_pg.messages m
-        WHERE m.queue_id = d.id AND m.visible_at <= at
-          AND (m.source_queue_id IS NOT NULL OR target.id IS NOT NULL)
-        ORDER BY m.visible_at
-        LIMIT "limit"
-        FOR UPDATE SKIP LOCKED
-    ),
-    moved AS (
-        UPDATE queue_pg.messages m SET
-            queue_id = coalesce(target.id, m.source_queue_id), source_queue_id = NULL,
-            visible_at = at, receive_count = 0, lease_no = m.lease_no + 1, lease_expiries = 0,
-            released = false, first_received_at = NULL, last_received_at = NULL
-        FROM pick WHERE m.id = pick.id
-        RETURNING m.queue_id
-    )
-    SELECT count(*), array_agg(DISTINCT moved.queue_id) INTO cnt, qids FROM moved;
-    key := queue_pg._key();
-    PERFORM pg_notify(queue_pg._channel(x, key), '') FROM unnest(qids) x;
-    RETURN cnt;
+    RETURN queue_pg._move_back(d.id, target.id, "limit", at, at);
 END $$;

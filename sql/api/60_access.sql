@@ -173,7 +173,9 @@ BEGIN
                                       'queue_overview',
                                       -- periodic tasks (52_periodic.sql)
                                       'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
-                                      'set_rate_limit')
+                                      'set_rate_limit',
+                                      -- redrive tasks (57_redrive.sql)
+                                      'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

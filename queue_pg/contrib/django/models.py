@@ -26,6 +26,8 @@ class Queue(models.Model):
     history_retention = models.FloatField()
     fifo = models.BooleanField()
     fair = models.BooleanField()
+    content_dedup = models.BooleanField()
+    dedup_window = models.FloatField()
     created_at = models.DateTimeField()
 
     class Meta:
