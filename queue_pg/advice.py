@@ -20,6 +20,7 @@ __all__ = [
     "InFlight",
     "ProcessingTimes",
     "QueueHealth",
+    "QueueSample",
     "Route",
     "SplitPart",
     "TimeoutAdvice",
@@ -34,6 +35,7 @@ __all__ = [
     "list_routes",
     "processing_times",
     "queue_health",
+    "queue_history",
     "split",
     "timeout_advice",
     "tune",
@@ -65,6 +67,25 @@ class QueueHealth(QueueStats):
     stale_receipts_1h: int | None
     approximate: bool
     sampled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    """A sample of a queue (``queue_pg.queue_history``, taken by sweep at most every 15 s): its
+    counts then, and the flows since the sample before as rates per second (None for the
+    first sample kept)."""
+
+    queue: str
+    at: datetime
+    visible: int
+    in_flight: int
+    delayed: int
+    dead_lettered: int
+    sent_per_s: float | None
+    received_per_s: float | None
+    deleted_per_s: float | None
+    lease_expiries_per_s: float | None
+    stale_receipts_per_s: float | None
 
 
 @dataclass(frozen=True)
@@ -232,6 +253,15 @@ def queue_health(queue: str | None = None) -> Call[list[QueueHealth]]:
     if queue is None:
         return Call("select * from queue_pg.queue_stats", {}, _rows(QueueHealth))
     return Call("select * from queue_pg.stats(%(queue)s)", {"queue": queue}, _rows(QueueHealth))
+
+
+def queue_history(queue: str | None = None, seconds: float = 3600) -> Call[list[QueueSample]]:
+    """The samples of the last ``seconds`` (at most 7200) of one queue or every queue seen."""
+    return Call(
+        "select * from queue_pg.queue_history(%(queue)s::text, %(seconds)s::float8)",
+        {"queue": queue, "seconds": seconds},
+        _rows(QueueSample),
+    )
 
 
 def in_flight(queue: str | None = None) -> Call[list[InFlight]]:

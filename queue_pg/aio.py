@@ -292,6 +292,14 @@ class AsyncClient(AsyncClientBase):
         """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
         return await self._run(advice.queue_health(queue), conn)
 
+    async def queue_history(
+        self, queue: str | None = None, *, seconds: float = 3600,
+        conn: AsyncConnection | None = None,
+    ) -> list[advice.QueueSample]:
+        """The samples sweep took over the last ``seconds`` (of ``queue``, or of every queue the
+        caller may see): counts, and flows as rates per second. What the dashboard charts."""
+        return await self._run(advice.queue_history(queue, seconds), conn)
+
     async def in_flight(
         self, queue: str | None = None, *, conn: AsyncConnection | None = None
     ) -> list[advice.InFlight]:

@@ -289,6 +289,14 @@ class Client(ClientBase):
         """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
         return self._run(advice.queue_health(queue), conn)
 
+    def queue_history(
+        self, queue: str | None = None, *, seconds: float = 3600,
+        conn: Connection | None = None,
+    ) -> list[advice.QueueSample]:
+        """The samples sweep took over the last ``seconds`` (of ``queue``, or of every queue the
+        caller may see): counts, and flows as rates per second. What the dashboard charts."""
+        return self._run(advice.queue_history(queue, seconds), conn)
+
     def in_flight(
         self, queue: str | None = None, *, conn: Connection | None = None
     ) -> list[advice.InFlight]:

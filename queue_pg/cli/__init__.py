@@ -14,6 +14,7 @@ import click
 import psycopg
 
 from queue_pg.cli import admin, advice, messages, queues
+from queue_pg.cli.dashboard import dashboard
 from queue_pg.cli.server import server
 from queue_pg.cli.spark import spark
 from queue_pg.cli.state import State, fail
@@ -65,5 +66,5 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *admin.COMMANDS, *advice.COMMANDS, server,
-                 spark, worker_command):
+                 spark, worker_command, dashboard):
     main.add_command(_command)

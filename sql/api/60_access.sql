@@ -167,7 +167,8 @@ BEGIN
                                       'channel', 'sweep', 'now', '_stat_counter', '_sees', '_queue_stats',
                                       '_in_flight_messages', '_dead_letters', '_tuning_log',
                                       'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
-                                      'add_route', 'drop_route', 'list_routes', 'split')
+                                      'add_route', 'drop_route', 'list_routes', 'split',
+                                      'queue_history')  -- 59_dashboard.sql
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to
