@@ -73,6 +73,9 @@ def test_a_role_sees_the_history_of_its_queues_only(
     sample_twice(conn, client)
     role = new_role("viewer", CONSUMER)
     client.grant("jobs", role.name, "receive")
+    nobody = new_role("nobody")  # in no group role: may not even call it
+    with nobody.connect() as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("SELECT * FROM queue_pg.queue_history()")
     with role.client() as c:
         assert {s.queue for s in c.queue_history()} == {"jobs"}
         assert c.queue_history("secret") == []

@@ -76,7 +76,7 @@ class AsgiApp:
         root = scope.get("root_path", "")
         path = scope["path"]
         # Starlette's Mount leaves the prefix in path; a plain ASGI server gives root_path ""
-        if root and path.startswith(root):
+        if root and (path == root or path.startswith(root + "/")):
             path = path[len(root):]
         body = b""
         more = True

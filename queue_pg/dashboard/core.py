@@ -199,11 +199,15 @@ class Dashboard:
     # --- what the pages read and do ---------------------------------------------------------
 
     def _overview(self, r: Request) -> dict[str, Any]:
-        queues = self.client.list_queues()
+        stats = self.client.queue_health()
+        # list_queues names every queue to any member of the group roles; show the settings of
+        # the queues queue_stats shows this role (those it has a grant on), no others
+        seen = {s.queue for s in stats}
         return {
-            "stats": self.client.queue_health(),
+            "stats": stats,
             "queues": [{"name": q.name, "dead_letter_queue": q.dead_letter_queue,
-                        "visibility_timeout": q.visibility_timeout} for q in queues],
+                        "visibility_timeout": q.visibility_timeout}
+                       for q in self.client.list_queues() if q.name in seen],
         }
 
     def _purge(self, body: dict[str, Any]) -> dict[str, Any]:
