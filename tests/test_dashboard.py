@@ -259,6 +259,21 @@ def asgi_call(app: Any, method: str, path: str, root_path: str = "", body: bytes
     return sent[0]["status"], dict(sent[0]["headers"]), sent[1]["body"]
 
 
+def test_asgi_lifespan_completes() -> None:
+    sent: list[str] = []
+    inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    app = Dashboard.__new__(Dashboard).asgi  # no client needed: lifespan touches no database
+    asyncio.run(app({"type": "lifespan"}, receive, send))
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
 def test_mounted_as_asgi(queues: Client) -> None:
     app = Dashboard(queues, actions=True, token=TOKEN).asgi
     status, headers, _ = asgi_call(app, "GET", "", root_path="/queues")

@@ -67,10 +67,14 @@ class AsgiApp:
         self.dashboard = dashboard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                pass
-            return
+        if scope["type"] == "lifespan":  # served on its own: nothing to start, nothing to stop
+            while True:
+                kind = (await receive())["type"]
+                if kind == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif kind == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
         if scope["type"] != "http":
             return
         root = scope.get("root_path", "")
