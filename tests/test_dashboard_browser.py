@@ -25,13 +25,15 @@ import pytest
 from conftest import new_database
 from psycopg import sql as psql
 
+from queue_pg import Client
 from queue_pg.install import migrate
 
 pytestmark = pytest.mark.browser
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the [test] extra)")
 CHROMIUM = os.environ.get("QUEUE_PG_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None:
-    pytest.skip("needs Debian's chromium (apt-get install chromium)", allow_module_level=True)
+if CHROMIUM is None or not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(f"needs Debian's chromium (apt-get install chromium); not at {CHROMIUM}",
+                allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "browser-test-token"
@@ -192,8 +194,16 @@ def test_in_flight_dead_letters_and_advice_pages(world: World, page: Any) -> Non
     assert set(page.locator("#in-flight tbody td:first-child").all_inner_texts()) <= {"orders", "emails"}
     shot(world, page, "in-flight")
 
+    # text from the database is shown as text: a hostile type and reason stay inert
+    hostile = "<img src=x onerror=alert(1)>"
+    with Client(world.owner_dsn, sweep_interval=None) as owner:
+        [m] = owner.receive("orders", wait=20)
+        owner.update("orders", m.receipt, attributes={"type": "<b>bold</b>"}, visibility_timeout=None)
+        owner.dead_letter("orders", m.receipt, reason=hostile)
     open_page(page, world.urls["owner"] + "dead-letters")
-    page.wait_for_selector("#dead-letters tbody tr")
+    page.wait_for_selector(f"#dead-letters tbody tr:has-text('{hostile}')")
+    assert "<b>bold</b>" in page.locator(f"#dead-letters tbody tr:has-text('{hostile}')").inner_text()
+    assert page.locator("#dead-letters img, #dead-letters b").count() == 0
     rows = page.locator("#dead-letters tbody tr")
     text = "\n".join(rows.all_inner_texts())
     # the reason given to dead_letter, or the error the consumer recorded before the last try
