@@ -264,18 +264,23 @@ def queue_history(queue: str | None = None, seconds: float = 3600) -> Call[list[
     )
 
 
-def in_flight(queue: str | None = None) -> Call[list[InFlight]]:
+def _limit(limit: int | None) -> str:
+    return "" if limit is None else " limit %(limit)s"
+
+
+def in_flight(queue: str | None = None, limit: int | None = None) -> Call[list[InFlight]]:
     return Call(
-        "select * from queue_pg.in_flight_messages" + _where_queue(queue),
-        {"queue": queue},
+        "select * from queue_pg.in_flight_messages" + _where_queue(queue) + _limit(limit),
+        {"queue": queue, "limit": limit},
         _rows(InFlight),
     )
 
 
-def dead_letters(dlq: str | None = None) -> Call[list[DeadLetter]]:
+def dead_letters(dlq: str | None = None, limit: int | None = None) -> Call[list[DeadLetter]]:
     return Call(
-        "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue"),
-        {"queue": dlq},
+        "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue")
+        + _limit(limit),
+        {"queue": dlq, "limit": limit},
         _rows(DeadLetter),
     )
 

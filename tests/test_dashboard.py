@@ -206,6 +206,10 @@ def test_pages_assets_and_headers(queues: Client, http: Any) -> None:
     assert status == 400 and answer["type"] == "InvalidParameter"
     status, answer, _ = web.call("api/dead-letters?queue=jobs-dlq")
     assert [(d["reason"], d["source_queue"]) for d in answer] == [("bad input", "jobs")] * 2
+    assert len(web.call("api/dead-letters?limit=1")[1]) == 1
+    for bad in ("0", "10001", "-1", "x"):
+        status, answer, _ = web.call("api/in-flight?limit=" + bad)
+        assert status == 400 and "limit" in answer["error"]
 
 
 def test_nothing_is_fetched_from_elsewhere() -> None:

@@ -132,8 +132,12 @@ class Dashboard:
             "api/overview": self._overview,
             "api/history": lambda r: self.client.queue_history(
                 r.query.get("queue") or None, seconds=_seconds(r.query.get("seconds"))),
-            "api/in-flight": lambda r: self.client.in_flight(r.query.get("queue") or None),
-            "api/dead-letters": lambda r: self.client.dead_letters(r.query.get("queue") or None),
+            # the pages show the first rows: `limit` (default 501, at most 10,000) keeps the
+            # JSON of a poll small however many messages are leased or dead
+            "api/in-flight": lambda r: self.client.in_flight(
+                r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
+            "api/dead-letters": lambda r: self.client.dead_letters(
+                r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
             "api/advice": lambda r: self.client.timeout_advice(r.query.get("queue") or None),
         }
         self._post: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -254,3 +258,12 @@ def _seconds(raw: str | None) -> float:
         return float(raw)
     except ValueError:
         raise Refused(400, f"seconds = {raw!r} is invalid: allowed a number") from None
+
+
+def _limit(raw: str | None) -> int:
+    """How many rows a list returns (a page shows one fewer, and says there are more)."""
+    if raw is None or raw == "":
+        return 501
+    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+        raise Refused(400, f"limit = {raw!r} is invalid: allowed 1 to 10000")
+    return int(raw)

@@ -160,8 +160,7 @@ function inFlightTable(rows, limit) {
     ["visible until", (m) => time(m.visible_until)], ["lease expiries", (m) => m.lease_expiries],
     ["enqueued", (m) => time(m.enqueued_at)],
   ], shown, "No message is leased now.");
-  return rows.length > limit
-    ? el("div", {}, t, el("p", { class: "empty" }, `${rows.length - limit} more not shown`)) : t;
+  return rows.length > limit ? el("div", {}, t, el("p", { class: "empty" }, "more not shown")) : t;
 }
 
 function deadLetterTable(rows, limit) {
@@ -173,8 +172,7 @@ function deadLetterTable(rows, limit) {
     ["reason", (d) => d.reason ?? "", true], ["last error", (d) => d.last_error ?? "", true],
     ["enqueued", (d) => time(d.enqueued_at)],
   ], shown, "No dead letters.");
-  return rows.length > limit
-    ? el("div", {}, t, el("p", { class: "empty" }, `${rows.length - limit} more not shown`)) : t;
+  return rows.length > limit ? el("div", {}, t, el("p", { class: "empty" }, "more not shown")) : t;
 }
 
 // --- actions: behind a dialog that wants the name typed again, and the token ---------------------
@@ -251,7 +249,7 @@ const pages = {
     const q = encodeURIComponent(name);
     const [overview, history, advice, inFlight, dead] = await Promise.all([
       getJson("api/overview"), getJson("api/history?queue=" + q), getJson("api/advice?queue=" + q),
-      getJson("api/in-flight?queue=" + q), getJson("api/dead-letters?queue=" + q)]);
+      getJson("api/in-flight?limit=101&queue=" + q), getJson("api/dead-letters?limit=101&queue=" + q)]);
     const stats = overview.stats.filter((s) => s.queue === name);
     const isDlq = overview.queues.some((c) => c.dead_letter_queue === name) || dead.length > 0;
     const actions = config.actions
@@ -262,22 +260,25 @@ const pages = {
         chart("qdepth:" + name, "messages (last hour)", history, DEPTH, 560),
         chart("qrates:" + name, "per second (last hour)", history, RATES, 560)),
       el("h2", {}, "Timeout advice (last 24 hours)"), adviceTable(advice),
-      el("h2", {}, `In flight (${inFlight.length})`), inFlightTable(inFlight, 100)];
-    if (isDlq) parts.push(el("h2", {}, `Dead letters (${dead.length})`), deadLetterTable(dead, 100));
+      el("h2", {}, `In flight (${stats.length ? stats[0].in_flight : 0})`), inFlightTable(inFlight, 100)];
+    if (isDlq) parts.push(el("h2", {}, "Dead letters"), deadLetterTable(dead, 100));
     return parts;
   },
 
   async "in-flight"() {
-    const rows = await getJson("api/in-flight");
-    return [el("h2", {}, `Messages in flight (${rows.length})`), inFlightTable(rows, 500)];
+    const rows = await getJson("api/in-flight?limit=501");
+    return [el("h2", {}, "Messages in flight"), inFlightTable(rows, 500)];
   },
 
   async "dead-letters"() {
-    const rows = await getJson("api/dead-letters");
-    const dlqs = [...new Set(rows.map((d) => d.dead_letter_queue))];
+    const [overview, rows] = await Promise.all([getJson("api/overview"), getJson("api/dead-letters?limit=501")]);
+    // every dead-letter queue this role sees, those past the first rows shown included
+    const seen = new Set(overview.stats.map((s) => s.queue));
+    const dlqs = [...new Set([...overview.queues.map((q) => q.dead_letter_queue), ...rows.map((d) => d.dead_letter_queue)])]
+      .filter((d) => d && seen.has(d)).sort();
     const buttons = config.actions && dlqs.length
       ? el("p", { class: "actions" }, ...dlqs.flatMap((d) => [redriveButton(d), " "])) : "";
-    return [el("h2", {}, `Dead letters (${rows.length})`), buttons, deadLetterTable(rows, 500)];
+    return [el("h2", {}, "Dead letters"), buttons, deadLetterTable(rows, 500)];
   },
 
   async advice() {
