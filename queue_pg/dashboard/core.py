@@ -66,12 +66,15 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
+    """What the dashboard answers; the adapters send it as their protocol wants."""
+
     status: int
     content_type: str
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
 
     def all_headers(self) -> list[tuple[str, str]]:
+        """Content type and length, the security headers every answer carries, then its own."""
         return [("Content-Type", self.content_type), ("Content-Length", str(len(self.body))),
                 *SECURITY_HEADERS, *self.headers]
 
