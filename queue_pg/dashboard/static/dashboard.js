@@ -83,9 +83,7 @@ function chart(key, title, samples, series, width) {
     const holder = el("div", { class: "card chart", "data-chart": key }, el("h3", {}, title));
     const opts = {
       width: width || 420, height: 170,
-      // points shown: a sample apart from the others (sweep stopped a while) stays visible
-      series: [{}, ...series.map(([label], i) => ({
-        label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: true, size: 4 } }))],
+      series: [{}, ...series.map(([label], i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5 }))],
       axes: [{}, { size: 50 }],
       // the whole last hour, however few samples there are yet
       scales: { x: { time: true, range: () => { const t = Date.now() / 1000; return [t - 3600, t]; } } },
