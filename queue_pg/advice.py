@@ -21,6 +21,7 @@ __all__ = [
     "ProcessingTimes",
     "QueueHealth",
     "QueueOverview",
+    "QueueSample",
     "Route",
     "SplitPart",
     "TimeoutAdvice",
@@ -35,6 +36,7 @@ __all__ = [
     "list_routes",
     "processing_times",
     "queue_health",
+    "queue_history",
     "queue_overview",
     "split",
     "timeout_advice",
@@ -94,6 +96,25 @@ class QueueOverview(QueueHealth):
     wait_max: float | None
     expiry_rate: float | None
     dead_letter_rate: float | None
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    """A sample of a queue (``queue_pg.queue_history``, taken by sweep at most every 15 s): its
+    counts then, and the flows since the sample before as rates per second (None for the
+    first sample kept)."""
+
+    queue: str
+    at: datetime
+    visible: int
+    in_flight: int
+    delayed: int
+    dead_lettered: int
+    sent_per_s: float | None
+    received_per_s: float | None
+    deleted_per_s: float | None
+    lease_expiries_per_s: float | None
+    stale_receipts_per_s: float | None
 
 
 @dataclass(frozen=True)
@@ -273,18 +294,32 @@ def queue_overview(window: float = 600) -> Call[list[QueueOverview]]:
     )
 
 
-def in_flight(queue: str | None = None) -> Call[list[InFlight]]:
+def queue_history(queue: str | None = None, seconds: float = 3600) -> Call[list[QueueSample]]:
+    """The samples of the last ``seconds`` (at most 7200) of one queue or every queue seen."""
     return Call(
-        "select * from queue_pg.in_flight_messages" + _where_queue(queue),
-        {"queue": queue},
+        "select * from queue_pg.queue_history(%(queue)s::text, %(seconds)s::float8)",
+        {"queue": queue, "seconds": seconds},
+        _rows(QueueSample),
+    )
+
+
+def _limit(limit: int | None) -> str:
+    return "" if limit is None else " limit %(limit)s"
+
+
+def in_flight(queue: str | None = None, limit: int | None = None) -> Call[list[InFlight]]:
+    return Call(
+        "select * from queue_pg.in_flight_messages" + _where_queue(queue) + _limit(limit),
+        {"queue": queue, "limit": limit},
         _rows(InFlight),
     )
 
 
-def dead_letters(dlq: str | None = None) -> Call[list[DeadLetter]]:
+def dead_letters(dlq: str | None = None, limit: int | None = None) -> Call[list[DeadLetter]]:
     return Call(
-        "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue"),
-        {"queue": dlq},
+        "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue")
+        + _limit(limit),
+        {"queue": dlq, "limit": limit},
         _rows(DeadLetter),
     )
 

@@ -351,21 +351,31 @@ class AsyncClient(AsyncClientBase):
         """
         return await self._run(advice.queue_overview(window), conn)
 
+    async def queue_history(
+        self, queue: str | None = None, *, seconds: float = 3600,
+        conn: AsyncConnection | None = None,
+    ) -> list[advice.QueueSample]:
+        """The samples sweep took over the last ``seconds`` (of ``queue``, or of every queue the
+        caller may see): counts, and flows as rates per second. What the dashboard charts."""
+        return await self._run(advice.queue_history(queue, seconds), conn)
+
     async def in_flight(
-        self, queue: str | None = None, *, conn: AsyncConnection | None = None
+        self, queue: str | None = None, *, limit: int | None = None,
+        conn: AsyncConnection | None = None,
     ) -> list[advice.InFlight]:
         """The messages now leased (of ``queue``, or of every queue the caller may see): since when,
-        until when, receive count, type.
+        until when, receive count, type. At most ``limit`` of them (None: all).
         """
-        return await self._run(advice.in_flight(queue), conn)
+        return await self._run(advice.in_flight(queue, limit), conn)
 
     async def dead_letters(
-        self, dlq: str | None = None, *, conn: AsyncConnection | None = None
+        self, dlq: str | None = None, *, limit: int | None = None,
+        conn: AsyncConnection | None = None,
     ) -> list[advice.DeadLetter]:
         """The messages sitting in dead-letter queues (``dlq``, or all the caller may see), with
-        source queue, receive count, reason and last error.
+        source queue, receive count, reason and last error. At most ``limit`` (None: all).
         """
-        return await self._run(advice.dead_letters(dlq), conn)
+        return await self._run(advice.dead_letters(dlq, limit), conn)
 
     async def processing_times(
         self, queue: str | None = None, *, since: datetime | None = None,

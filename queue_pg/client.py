@@ -348,21 +348,31 @@ class Client(ClientBase):
         """
         return self._run(advice.queue_overview(window), conn)
 
+    def queue_history(
+        self, queue: str | None = None, *, seconds: float = 3600,
+        conn: Connection | None = None,
+    ) -> list[advice.QueueSample]:
+        """The samples sweep took over the last ``seconds`` (of ``queue``, or of every queue the
+        caller may see): counts, and flows as rates per second. What the dashboard charts."""
+        return self._run(advice.queue_history(queue, seconds), conn)
+
     def in_flight(
-        self, queue: str | None = None, *, conn: Connection | None = None
+        self, queue: str | None = None, *, limit: int | None = None,
+        conn: Connection | None = None,
     ) -> list[advice.InFlight]:
         """The messages now leased (of ``queue``, or of every queue the caller may see): since when,
-        until when, receive count, type.
+        until when, receive count, type. At most ``limit`` of them (None: all).
         """
-        return self._run(advice.in_flight(queue), conn)
+        return self._run(advice.in_flight(queue, limit), conn)
 
     def dead_letters(
-        self, dlq: str | None = None, *, conn: Connection | None = None
+        self, dlq: str | None = None, *, limit: int | None = None,
+        conn: Connection | None = None,
     ) -> list[advice.DeadLetter]:
         """The messages sitting in dead-letter queues (``dlq``, or all the caller may see), with
-        source queue, receive count, reason and last error.
+        source queue, receive count, reason and last error. At most ``limit`` (None: all).
         """
-        return self._run(advice.dead_letters(dlq), conn)
+        return self._run(advice.dead_letters(dlq, limit), conn)
 
     def processing_times(
         self, queue: str | None = None, *, since: datetime | None = None,

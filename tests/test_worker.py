@@ -56,7 +56,7 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
-def wait_until(what: str, check: Callable[[], T], timeout: float = 10.0) -> T:
+def wait_until(what: str, check: Callable[[], T], timeout: float = 30.0) -> T:
     """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

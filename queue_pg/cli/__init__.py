@@ -15,6 +15,7 @@ import psycopg
 
 from queue_pg.cli import admin, advice, messages, queues, surfaces
 from queue_pg.cli import tasks as task_commands
+from queue_pg.cli.dashboard import dashboard
 from queue_pg.cli.redrive import redrive
 from queue_pg.cli.server import server
 from queue_pg.cli.spark import spark
@@ -67,5 +68,6 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *admin.COMMANDS, *advice.COMMANDS, server,
-                 spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS, redrive):
+                 spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS, redrive,
+                 dashboard):
     main.add_command(_command)

@@ -175,7 +175,9 @@ BEGIN
                                       'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
                                       'set_rate_limit',
                                       -- redrive tasks (57_redrive.sql)
-                                      'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step')
+                                      'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
+                                      -- the dashboard (59_dashboard.sql)
+                                      'queue_history')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

@@ -1,0 +1,56 @@
+"""``queue-pg dashboard``: the web dashboard (queue_pg.dashboard) on a port of this machine."""
+
+from __future__ import annotations
+
+import click
+import psycopg
+from rich.markup import escape
+
+from queue_pg.cli.state import State as CliState
+from queue_pg.cli.state import fail, pass_state
+from queue_pg.display import err
+
+__all__ = ["COMMANDS", "dashboard"]
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; mind who can reach it).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free one).")
+@click.option("--allow-actions", is_flag=True,
+              help="Let requests carrying the token purge queues and redrive dead letters.")
+@click.option("--token", envvar="QUEUE_PG_DASHBOARD_TOKEN", metavar="TOKEN",
+              help="The token actions need. Default: $QUEUE_PG_DASHBOARD_TOKEN (better than the"
+                   " command line, which other users of the machine can read).")
+@click.option("--refresh", default=5.0, show_default=True, type=click.FloatRange(1, 3600),
+              help="How often the pages poll, in seconds.")
+@pass_state
+def dashboard(state: CliState, host: str, port: int, allow_actions: bool, token: str | None,
+              refresh: float) -> None:
+    """Serve the web dashboard: charts of the last hour, the timeout advice, the messages in
+    flight, the dead letters. Read-only unless --allow-actions and a token are given; what it
+    shows and may do is what the role of the DSN may."""
+    from queue_pg.dashboard import Dashboard, serve
+
+    if allow_actions and not token:
+        fail("--allow-actions needs a token: set QUEUE_PG_DASHBOARD_TOKEN (or --token)")
+    psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails now, in one line
+    board = Dashboard(state.dsn, actions=allow_actions, token=token if allow_actions else None,
+                      refresh=refresh)
+    mode = "actions enabled (token required)" if allow_actions else "read-only"
+
+    def ready(url: str) -> None:
+        err().print(f"dashboard at {escape(url)} ({mode}); Ctrl-C stops it", soft_wrap=True)
+
+    try:
+        serve(board, host, port, ready)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    finally:
+        board.close()
+
+
+COMMANDS = [dashboard]

@@ -1,0 +1,272 @@
+"""The dashboard as one function of a request: pages, the JSON the pages poll, and two actions.
+
+Framework-free on purpose, so the same object serves ``queue-pg dashboard`` and mounts in any
+WSGI or ASGI application (:mod:`queue_pg.dashboard.adapters`). Every figure comes from a SQL
+function or view through :class:`queue_pg.Client`; nothing here computes one. What a request
+may see and do is what the role of the DSN may (the SQL functions check); the actions are
+refused unless the dashboard was made with ``actions=True`` and a token the request carries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+from queue_pg.client import Client
+from queue_pg.errors import (
+    AccessDenied,
+    InvalidParameter,
+    QueueError,
+    QueueNotFound,
+    SchemaMissing,
+    ServerUnavailable,
+)
+
+__all__ = ["Dashboard", "Request", "Response"]
+
+PAGES = {"": "overview", "queue": "queue", "in-flight": "in-flight",
+         "dead-letters": "dead-letters", "advice": "advice"}
+STATIC = {
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+    "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "uPlot.min.css": "text/css; charset=utf-8",
+}
+# uPlot sizes its canvas through element.style; nothing is loaded from anywhere else.
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' "
+     "'unsafe-inline'; img-src 'self' data:; connect-src 'self'; form-action 'none'; "
+     "frame-ancestors 'none'; base-uri 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
+STATUS = {QueueNotFound: 404, AccessDenied: 403, InvalidParameter: 400, ServerUnavailable: 503,
+          SchemaMissing: 503}
+MAX_BODY = 4096
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the dashboard reads of a request. ``path`` is relative to where it is mounted, with
+    no leading slash; header names are lower case."""
+
+    method: str
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Response:
+    """What the dashboard answers; the adapters send it as their protocol wants."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def all_headers(self) -> list[tuple[str, str]]:
+        """Content type and length, the security headers every answer carries, then its own."""
+        return [("Content-Type", self.content_type), ("Content-Length", str(len(self.body))),
+                *SECURITY_HEADERS, *self.headers]
+
+
+class Refused(Exception):
+    """A request the dashboard answers with ``status`` and the message, before any SQL."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _json(status: int, value: Any, *, no_store: bool = True) -> Response:
+    body = json.dumps(_plain(value), separators=(",", ":")).encode()
+    headers = (("Cache-Control", "no-store"),) if no_store else ()
+    return Response(status, "application/json", body, headers)
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("queue_pg.dashboard").joinpath("static").joinpath(name).read_bytes()
+
+
+class Dashboard:
+    """The web dashboard of the queues the role of ``source`` may see.
+
+    ``source`` is a DSN or a :class:`queue_pg.Client` (kept open by its owner). ``actions``
+    and a non-empty ``token`` together enable purge and redrive; requests must carry the token
+    (``Authorization: Bearer <token>``). ``refresh`` is how often the pages poll, in seconds.
+    Call :meth:`handle`, or mount :attr:`wsgi` / :attr:`asgi`.
+    """
+
+    def __init__(self, source: str | Client, *, actions: bool = False, token: str | None = None,
+                 refresh: float = 5.0) -> None:
+        if actions and not token:
+            raise ValueError("actions need a token: pass token= (a long random string)")
+        self._owns_client = isinstance(source, str)
+        # No sweep of its own: a dashboard only reads; the applications' clients take samples.
+        self.client = Client(source, sweep_interval=None) if isinstance(source, str) else source
+        self.actions = actions
+        self._token = (token or "").encode()
+        self.refresh = refresh
+        self._get: dict[str, Callable[[Request], Any]] = {
+            "api/config": lambda r: {"actions": self.actions, "refresh": self.refresh},
+            "api/overview": self._overview,
+            "api/history": lambda r: self.client.queue_history(
+                r.query.get("queue") or None, seconds=_seconds(r.query.get("seconds"))),
+            # the pages show the first rows: `limit` (default 501, at most 10,000) keeps the
+            # JSON of a poll small however many messages are leased or dead
+            "api/in-flight": lambda r: self.client.in_flight(
+                r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
+            "api/dead-letters": lambda r: self.client.dead_letters(
+                r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
+            "api/advice": lambda r: self.client.timeout_advice(r.query.get("queue") or None),
+        }
+        self._post: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "api/purge": self._purge, "api/redrive": self._redrive,
+        }
+
+    def close(self) -> None:
+        """Closes the client when the dashboard made it."""
+        if self._owns_client:
+            self.client.close()
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        """The response to one request; never raises for what a request can cause."""
+        try:
+            return self._route(request)
+        except Refused as exc:
+            return _json(exc.status, {"error": str(exc)})
+        except QueueError as exc:
+            status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
+            return _json(status, {"error": str(exc), "type": type(exc).__name__})
+
+    def _route(self, r: Request) -> Response:
+        if r.method in ("GET", "HEAD"):
+            if r.path in PAGES:
+                page = _asset("page.html").replace(b"{{page}}", PAGES[r.path].encode())
+                return Response(200, "text/html; charset=utf-8", page,
+                                (("Cache-Control", "no-store"), ("X-Frame-Options", "DENY")))
+            name = r.path.removeprefix("static/")
+            if r.path.startswith("static/") and name in STATIC:
+                return Response(200, STATIC[name], _asset(name),
+                                (("Cache-Control", "max-age=300"),))
+            if r.path in self._get:
+                return _json(200, self._get[r.path](r))
+            raise Refused(404, f"no page {r.path!r}")
+        if r.method == "POST" and r.path in self._post:
+            return _json(200, self._post[r.path](self._authorized(r)))
+        raise Refused(405 if r.path in self._post or r.path in self._get else 404,
+                      f"{r.method} {r.path!r} is not served")
+
+    def _authorized(self, r: Request) -> dict[str, Any]:
+        """The JSON body of an action, once the dashboard allows actions and the token is right.
+        The token travels in a header a cross-site form cannot set, so it also stops CSRF."""
+        if not self.actions:
+            raise Refused(403, "this dashboard is read-only: start it with --allow-actions "
+                               "and a token to purge or redrive")
+        given = r.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        if not hmac.compare_digest(given, self._token):
+            raise Refused(401, "wrong or missing token (Authorization: Bearer <token>)")
+        if not r.headers.get("content-type", "").startswith("application/json"):
+            raise Refused(415, "actions take a JSON body (Content-Type: application/json)")
+        if len(r.body) > MAX_BODY:
+            raise Refused(413, f"a body of at most {MAX_BODY} bytes")
+        try:
+            body = json.loads(r.body)
+        except ValueError as exc:
+            raise Refused(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise Refused(400, "the body is a JSON object")
+        return body
+
+    # --- what the pages read and do ---------------------------------------------------------
+
+    def _overview(self, r: Request) -> dict[str, Any]:
+        stats = self.client.queue_health()
+        # list_queues names every queue to any member of the group roles; show the settings of
+        # the queues queue_stats shows this role (those it has a grant on), no others
+        seen = {s.queue for s in stats}
+        return {
+            "stats": stats,
+            "queues": [{"name": q.name, "dead_letter_queue": q.dead_letter_queue,
+                        "visibility_timeout": q.visibility_timeout}
+                       for q in self.client.list_queues() if q.name in seen],
+        }
+
+    def _purge(self, body: dict[str, Any]) -> dict[str, Any]:
+        queue = _text(body, "queue")
+        if body.get("confirm") != queue:
+            raise Refused(400, "purge needs confirm: the name of the queue, typed again")
+        return {"queue": queue, "purged": self.client.purge(queue)}
+
+    def _redrive(self, body: dict[str, Any]) -> dict[str, Any]:
+        dlq = _text(body, "dlq")
+        if body.get("confirm") != dlq:
+            raise Refused(400, "redrive needs confirm: the name of the dead-letter queue again")
+        return {"dlq": dlq, "redriven": self.client.redrive(dlq)}
+
+    # --- mounting ---------------------------------------------------------------------------
+
+    @property
+    def wsgi(self) -> Any:
+        """A WSGI application (Flask: werkzeug's DispatcherMiddleware; Django: wsgi.py)."""
+        from queue_pg.dashboard.adapters import WsgiApp
+
+        return WsgiApp(self)
+
+    @property
+    def asgi(self) -> Any:
+        """An ASGI application (Starlette's Mount, Django's asgi.py, any ASGI server)."""
+        from queue_pg.dashboard.adapters import AsgiApp
+
+        return AsgiApp(self)
+
+
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise Refused(400, f"{key} must be the name of a queue")
+    return value
+
+
+def _seconds(raw: str | None) -> float:
+    """The window of history asked for; its range is the SQL function's to check."""
+    if raw is None or raw == "":
+        return 3600.0
+    try:
+        return float(raw)
+    except ValueError:
+        raise Refused(400, f"seconds = {raw!r} is invalid: allowed a number") from None
+
+
+def _limit(raw: str | None) -> int:
+    """How many rows a list returns (a page shows one fewer, and says there are more)."""
+    if raw is None or raw == "":
+        return 501
+    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+        raise Refused(400, f"limit = {raw!r} is invalid: allowed 1 to 10000")
+    return int(raw)

@@ -1,0 +1,41 @@
+-- The history the dashboard charts: each queue's samples (taken by sweep, at most one per 15
+-- seconds, kept two hours; see _sample in 55_monitoring.sql) over the last `seconds`, with the
+-- flows between one sample and the one before it as rates per second. Read-only, no bodies; a
+-- role sees only the queues it has some grant on (_sees), like queue_stats.
+CREATE OR REPLACE FUNCTION queue_pg.queue_history(queue_name text DEFAULT NULL, seconds double precision DEFAULT 3600)
+RETURNS TABLE (queue text, at timestamptz, visible bigint, in_flight bigint, delayed bigint,
+               dead_lettered bigint, sent_per_s double precision, received_per_s double precision,
+               deleted_per_s double precision, lease_expiries_per_s double precision,
+               stale_receipts_per_s double precision)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    only_id integer;
+    since timestamptz;
+BEGIN
+    PERFORM queue_pg._check('seconds', seconds, 1, 7200);
+    IF queue_name IS NOT NULL THEN
+        only_id := (queue_pg._queue(queue_name)).id;
+    END IF;
+    since := queue_pg._now() - queue_pg._seconds(seconds);
+    RETURN QUERY
+    SELECT x.name, x.at, x.visible, x.in_flight, x.delayed, x.dead_lettered,
+           (x.sent - x.p_sent) / x.dt, (x.received - x.p_received) / x.dt,
+           (x.deleted - x.p_deleted) / x.dt, (x.lease_expiries - x.p_lease_expiries) / x.dt,
+           (x.stale_receipts - x.p_stale_receipts) / x.dt
+    FROM (
+        SELECT q.name, s.at, s.visible, s.in_flight, s.delayed, s.dead_lettered,
+               s.sent, s.received, s.deleted, s.lease_expiries, s.stale_receipts,
+               lag(s.sent) OVER w AS p_sent, lag(s.received) OVER w AS p_received,
+               lag(s.deleted) OVER w AS p_deleted, lag(s.lease_expiries) OVER w AS p_lease_expiries,
+               lag(s.stale_receipts) OVER w AS p_stale_receipts,
+               nullif(extract(epoch FROM s.at - lag(s.at) OVER w)::float8, 0) AS dt
+        FROM queue_pg.queues q
+        -- one sample before the window too: the first point in it gets its rates
+        JOIN queue_pg.queue_samples s ON s.queue_id = q.id
+         AND s.at >= since - interval '15 minutes'
+        WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
+        WINDOW w AS (PARTITION BY q.id ORDER BY s.at)
+    ) x
+    WHERE x.at >= since
+    ORDER BY x.name, x.at;
+END $$;
