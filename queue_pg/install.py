@@ -243,7 +243,16 @@ def apply_api(conn: SAConnection) -> None:
     """Re-create every function and view, then record which api files the database now has."""
     for path in _resources.api_files():
         execute_script(conn, _resources.read(path), origin=f"sql/api/{path.name}")
+    conn.exec_driver_sql(FIRST_PARTITIONS_SQL)
     conn.exec_driver_sql(checksum_comment_sql())
+
+
+#: Today's history partition and the next two days', made by the install before any traffic:
+#: a sweep only adds days ahead (see queue_pg._history_partitions).
+FIRST_PARTITIONS_SQL = (
+    f"SELECT {SCHEMA}._history_partitions(clock_timestamp(),"
+    f" (SELECT coalesce(max(history_retention), 604800) FROM {SCHEMA}.queues), 0)"
+)
 
 
 def checksum_comment_sql() -> str:
@@ -298,6 +307,7 @@ def install_script() -> str:
         "    CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)\n"
         ");",
         f"INSERT INTO {SCHEMA}.{VERSION_TABLE} (version_num) VALUES ('{head}');",
+        FIRST_PARTITIONS_SQL + ";",
         checksum_comment_sql() + ";",
         "COMMIT;",
     ]

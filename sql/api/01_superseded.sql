@@ -36,3 +36,4 @@ DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double pre
     integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision);
 DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
     integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision, text[]);
+DROP FUNCTION IF EXISTS queue_pg._history_partitions(timestamptz, double precision);

@@ -78,8 +78,12 @@ END $$;
 -- The partition DDL of _history_maintenance. A new day's table is made on its own and then
 -- attached (SHARE UPDATE EXCLUSIVE on the parent: inserts and deletes go on); each step gives
 -- up after 50 ms of waiting for a lock (the lock_timeout of _history_maintenance), to be tried
--- by the next sweep.
-CREATE OR REPLACE FUNCTION queue_pg._history_partitions(at timestamptz, keep double precision)
+-- by the next sweep. A sweep attaches days ahead only (from_day 1): a day whose rows are being
+-- written may not be attached under them (a row routed to the default partition just before
+-- the attach would fail its insert, PostgreSQL re-checking the default's new constraint), so
+-- today's partition is made by the install (from_day 0, see queue_pg.install), before traffic.
+CREATE OR REPLACE FUNCTION queue_pg._history_partitions(at timestamptz, keep double precision,
+                                                        from_day integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,7 +92,7 @@ DECLARE
     part record;
     name text;
 BEGIN
-    FOR d IN SELECT generate_series(today, today + 2, interval '1 day')::date LOOP
+    FOR d IN SELECT generate_series(today + from_day, today + 2, interval '1 day')::date LOOP
         name := format('message_history_%s', to_char(d, 'YYYYMMDD'));
         CONTINUE WHEN to_regclass('queue_pg.' || name) IS NOT NULL;
         BEGIN
