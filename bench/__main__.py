@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import (
     Scenario,
+    advice,
     client_cpu,
     cycle,
     latency,
@@ -38,6 +39,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     soak.SCENARIO,
     tuning.SCENARIO,
     spark.SCENARIO,
+    advice.SCENARIO,
 )
 
 

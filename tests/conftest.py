@@ -34,8 +34,10 @@ BEGIN
     END LOOP;
 END $$;
 TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters,
-    queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes;
+    queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes,
+    queue_pg.history_rollups;
 UPDATE queue_pg.tuning_runs SET at = NULL;
+UPDATE queue_pg.history_rollup_state SET lo = NULL, hi = NULL, hours_hi = NULL;
 DELETE FROM queue_pg.queues;
 """
 

@@ -96,6 +96,8 @@ DECLARE
     expires timestamptz := n + queue_pg._seconds(t);
     who oid := to_regrole(queue_pg._caller())::oid;
     sent bigint;
+    dests integer[];  -- the queues the rows landed in (routes), and how many in each
+    counts bigint[];
 BEGIN
     PERFORM queue_pg._check_write_key(write_id, part, chunk);
     IF d >= t THEN
@@ -113,21 +115,33 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM queue_pg._hold(q.id);
-    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-    SELECT q.id, visible, expires, n, s.body, s.attributes
-    FROM pg_temp.queue_pg_staging s
-    WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
-                              queue_pg._message_size(s.body, s.attributes))
-       OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid);
-    GET DIAGNOSTICS sent = ROW_COUNT;
-    -- counted like send_batch's (queue_stats' flows); bulk sends take no route
-    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', sent) k;
+    IF q.has_routes THEN  -- a row whose type has a route lands in its target (_route_of, 56_tuning.sql)
+        PERFORM queue_pg._hold(r.target_id) FROM (
+            SELECT DISTINCT queue_pg._route_of(q.id, s.attributes) AS target_id FROM pg_temp.queue_pg_staging s) r
+        WHERE r.target_id IS NOT NULL;
+    END IF;
+    WITH ins AS (
+        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
+        SELECT coalesce(CASE WHEN q.has_routes THEN queue_pg._route_of(q.id, s.attributes) END, q.id),
+               visible, expires, n, s.body, s.attributes
+        FROM pg_temp.queue_pg_staging s
+        WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
+                                  queue_pg._message_size(s.body, s.attributes))
+           OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid)
+        RETURNING queue_id
+    )
+    SELECT array_agg(x.queue_id), array_agg(x.cnt) INTO dests, counts
+    FROM (SELECT ins.queue_id, count(*) AS cnt FROM ins GROUP BY ins.queue_id) x;
+    sent := coalesce((SELECT sum(c) FROM unnest(counts) c), 0);
+    -- counted like send_batch's (queue_stats' flows), each in the queue it landed in
+    PERFORM nextval(queue_pg._sequence(k.seq_kind, x.qid))
+    FROM unnest(dests, counts) x(qid, cnt) CROSS JOIN LATERAL queue_pg._tally('sent', x.cnt) k;
     UPDATE queue_pg.bulk_writes w SET messages = sent
     WHERE w.queue_id = q.id AND w.writer = who AND w.write_id = send_staged.write_id
       AND w.part = send_staged.part AND w.chunk = send_staged.chunk;
     TRUNCATE pg_temp.queue_pg_staging;
-    IF d = 0 AND sent > 0 THEN
-        PERFORM queue_pg._wake(q.id, false);
+    IF d = 0 THEN
+        PERFORM queue_pg._wake(x, false) FROM unnest(dests) x;
     END IF;
     RETURN sent;
 END $$;
