@@ -259,7 +259,9 @@ BEGIN
             ha := b;
             hb := b;
         END IF;
-        RETURN QUERY SELECT * FROM queue_pg._rolled_figures(since, until, only_id, a, b, ha, hb);
+        -- planned for these bounds (a generic plan of the inlined body may scan every rollup)
+        RETURN QUERY EXECUTE 'SELECT * FROM queue_pg._rolled_figures($1, $2, $3, $4, $5, $6, $7)'
+            USING since, until, only_id, a, b, ha, hb;
     ELSE
         RETURN QUERY SELECT * FROM queue_pg._history_figures_exact(since, until, only_id);
     END IF;

@@ -99,15 +99,16 @@ BEGIN
         IF n > max_rows - done THEN
             upto := st.hi + interval '1 minute';
         END IF;
-        WITH raw AS MATERIALIZED (  -- each queue's rows through the index (queue_id, finished_at)
+        -- planned for these bounds (EXECUTE): an hour of backfill reads its day's partition
+        -- whole, a minute of a live queue goes through the index (queue_id, finished_at)
+        EXECUTE $sql$
+        WITH raw AS MATERIALIZED (
             SELECT h.queue_id, queue_pg._floor_to(h.finished_at, 60) AS start, h.type, h.outcome,
                    h.receive_count, h.lease_expiries,
                    queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                    queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
             FROM queue_pg.queues q
-            CROSS JOIN LATERAL (
-                SELECT x.* FROM queue_pg.message_history x
-                WHERE x.queue_id = q.id AND x.finished_at >= st.hi AND x.finished_at < upto OFFSET 0) h
+            JOIN queue_pg.message_history h ON h.queue_id = q.id AND h.finished_at >= $1 AND h.finished_at < $2
         ), hist AS (
             SELECT x.queue_id, x.start, x.type, x.kind, array_agg(x.b ORDER BY x.b) AS bs,
                    array_agg(x.n ORDER BY x.b) AS ns
@@ -133,7 +134,8 @@ BEGIN
                             AND t.type IS NOT DISTINCT FROM g.type
             RETURNING messages
         )
-        SELECT coalesce(sum(ins.messages), 0) INTO n FROM ins;
+        SELECT coalesce(sum(ins.messages), 0) FROM ins
+        $sql$ INTO n USING st.hi, upto;
         done := done + n;
         st.hi := upto;
     END LOOP;
@@ -188,7 +190,7 @@ BEGIN
     WHERE r.ctid = ANY (ARRAY(
         SELECT x.ctid FROM queue_pg.queues q
         JOIN queue_pg.history_rollups x
-          ON x.queue_id = q.id AND x.start < at - queue_pg._seconds(q.history_retention)
+          ON x.queue_id = q.id AND x.minutes IN (1, 60) AND x.start < at - queue_pg._seconds(q.history_retention)
         LIMIT max_rows FOR UPDATE OF x SKIP LOCKED));
 END $$;
 
@@ -211,18 +213,16 @@ LANGUAGE sql STABLE AS $$
         SELECT q.id, q.name FROM queue_pg.queues q
         -- only_id NULL: the queues the caller may see, chosen before any history is read
         WHERE CASE WHEN only_id IS NULL THEN queue_pg._sees(q.id) ELSE q.id = only_id END
-    ), raw AS MATERIALIZED (
+    ), raw AS MATERIALIZED (  -- each queue's rows of the two ends through the index
         SELECT h.queue_id, h.type, h.outcome, h.receive_count, h.lease_expiries,
                queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
-        FROM qs JOIN queue_pg.message_history h
-          ON h.queue_id = qs.id AND h.finished_at >= since AND h.finished_at < a
-        UNION ALL
-        SELECT h.queue_id, h.type, h.outcome, h.receive_count, h.lease_expiries,
-               queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at),
-               queue_pg._wait_time(h.first_received_at, h.enqueued_at)
-        FROM qs JOIN queue_pg.message_history h
-          ON h.queue_id = qs.id AND h.finished_at >= b AND h.finished_at < until
+        FROM qs CROSS JOIN LATERAL (
+            SELECT x.* FROM queue_pg.message_history x
+            WHERE x.queue_id = qs.id AND x.finished_at >= since AND x.finished_at < a
+            UNION ALL
+            SELECT x.* FROM queue_pg.message_history x
+            WHERE x.queue_id = qs.id AND x.finished_at >= b AND x.finished_at < until) h
     ), roll AS MATERIALIZED (  -- each queue's rows through the index (queue_id, minutes, start)
         SELECT r.* FROM qs CROSS JOIN LATERAL (
             SELECT x.* FROM queue_pg.history_rollups x

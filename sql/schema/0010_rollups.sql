@@ -26,7 +26,6 @@ CREATE TABLE queue_pg.history_rollups (
     wait_counts integer[] NOT NULL
 );
 CREATE INDEX history_rollups_queue ON queue_pg.history_rollups (queue_id, minutes, start);
-CREATE INDEX history_rollups_start ON queue_pg.history_rollups (start);
 
 -- The minutes [lo, hi) the minute rows cover: every history row that finished in them and was
 -- committed before its minute was rolled up (at least a minute after the minute ended) is in
