@@ -116,24 +116,25 @@ BEGIN
     END IF;
     PERFORM queue_pg._hold(q.id);
     IF q.has_routes THEN  -- a row whose type has a route lands in its target (_route_of, 56_tuning.sql)
-        PERFORM queue_pg._hold(r.target_id) FROM (
-            SELECT DISTINCT queue_pg._route_of(q.id, s.attributes) AS target_id FROM pg_temp.queue_pg_staging s) r
-        WHERE r.target_id IS NOT NULL;
+        SELECT array_agg(x.qid), array_agg(x.cnt) INTO dests, counts FROM (
+            SELECT coalesce(queue_pg._route_of(q.id, s.attributes), q.id) AS qid, count(*) AS cnt
+            FROM pg_temp.queue_pg_staging s GROUP BY 1) x;
+        PERFORM queue_pg._hold(x) FROM unnest(dests) x WHERE x <> q.id;
     END IF;
-    WITH ins AS (
-        INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-        SELECT coalesce(CASE WHEN q.has_routes THEN queue_pg._route_of(q.id, s.attributes) END, q.id),
-               visible, expires, n, s.body, s.attributes
-        FROM pg_temp.queue_pg_staging s
-        WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
-                                  queue_pg._message_size(s.body, s.attributes))
-           OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid)
-        RETURNING queue_id
-    )
-    SELECT array_agg(x.queue_id), array_agg(x.cnt) INTO dests, counts
-    FROM (SELECT ins.queue_id, count(*) AS cnt FROM ins GROUP BY ins.queue_id) x;
-    sent := coalesce((SELECT sum(c) FROM unnest(counts) c), 0);
-    -- counted like send_batch's (queue_stats' flows), each in the queue it landed in
+    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
+    SELECT coalesce(CASE WHEN q.has_routes THEN queue_pg._route_of(q.id, s.attributes) END, q.id),
+           visible, expires, n, s.body, s.attributes
+    FROM pg_temp.queue_pg_staging s
+    WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
+                              queue_pg._message_size(s.body, s.attributes))
+       OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid);
+    GET DIAGNOSTICS sent = ROW_COUNT;
+    IF NOT q.has_routes THEN
+        dests := ARRAY[q.id];
+        counts := ARRAY[sent];
+    END IF;
+    -- counted like send_batch's (queue_stats' flows), each in the queue it landed in (a refused
+    -- row raises: the rows staged are the rows sent)
     PERFORM nextval(queue_pg._sequence(k.seq_kind, x.qid))
     FROM unnest(dests, counts) x(qid, cnt) CROSS JOIN LATERAL queue_pg._tally('sent', x.cnt) k;
     UPDATE queue_pg.bulk_writes w SET messages = sent
@@ -141,7 +142,7 @@ BEGIN
       AND w.part = send_staged.part AND w.chunk = send_staged.chunk;
     TRUNCATE pg_temp.queue_pg_staging;
     IF d = 0 THEN
-        PERFORM queue_pg._wake(x, false) FROM unnest(dests) x;
+        PERFORM queue_pg._wake(x.qid, false) FROM unnest(dests, counts) x(qid, cnt) WHERE x.cnt > 0;
     END IF;
     RETURN sent;
 END $$;
