@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         f"{rows:,} history rows over {DAYS} days in {QUEUES} queues (two types each),"
         f" {figures['rows_in_24h']:,} of them in the last 24 hours. Best of {args.repeat}.",
         "",
-        markdown_table(["query", "every row of the window", "per-minute rollups"], [
+        markdown_table(["query", "every row of the window", "rollups by minute and hour"], [
             [name, f"{figures['before'][name] * 1000:,.0f} ms",
              f"{figures['after'][name] * 1000:,.0f} ms"] for name in QUERIES], "lrr"),
         "",
