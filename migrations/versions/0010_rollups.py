@@ -25,7 +25,7 @@ def upgrade() -> None:
 _API_FUNCTIONS = (
     "_work_time", "_wait_time", "_floor_to", "_ceil_to", "_rollup_hour", "_bucket", "_bucket_value",
     "_histogram_value", "_rollup_history", "_forget_rollups", "_rolled_figures",
-    "_history_figures_exact",
+    "_history_figures_exact", "_route_of",
 )
 
 
