@@ -103,6 +103,10 @@ def test_rolled_up_figures_agree_with_the_rows_for_any_window(conn: Conn, histor
     assert kinds[60] >= 2 * 3 * 4 and kinds[1] >= 2 * 3 * 290  # hours and minutes of both queues
     for w in windows:
         assert_agree(figures(conn, "_history_figures", *w), before[w])
+    # windows that end inside the last hour merged, and start inside the first one
+    for w in ((hours_hi - timedelta(hours=2, seconds=17), hours_hi - timedelta(minutes=13, seconds=-3)),
+              (lo + timedelta(minutes=61, seconds=5), hours_hi - timedelta(minutes=59, seconds=30))):
+        assert_agree(figures(conn, "_history_figures", *w), figures(conn, "_history_figures_exact", *w))
     # rows that finish after the rollup are read from the history
     add_history(conn, "beta", 100, start="clock_timestamp() - interval '10 seconds'",
                 span="interval '5 seconds'", seed=0.3)

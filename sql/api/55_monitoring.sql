@@ -250,7 +250,7 @@ DECLARE
     hb timestamptz;
 BEGIN
     SELECT greatest(queue_pg._ceil_to(since, 60), s.lo), least(queue_pg._floor_to(until, 60), s.hi),
-           least(queue_pg._floor_to(until, 60), s.hours_hi)
+           least(queue_pg._floor_to(until, 3600), s.hours_hi)
     INTO a, b, hb
     FROM queue_pg.history_rollup_state s WHERE s.hi IS NOT NULL;
     IF a < b THEN
