@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import (
     Scenario,
+    advice,
     client_cpu,
     cycle,
     fifo,
@@ -40,6 +41,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     tuning.SCENARIO,
     spark.SCENARIO,
     fifo.SCENARIO,
+    advice.SCENARIO,
 )
 
 

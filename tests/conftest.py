@@ -37,8 +37,10 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes,
     queue_pg.periodic,
     queue_pg.fifo_groups,
-    queue_pg.dedup, queue_pg.redrive_tasks;
+    queue_pg.dedup, queue_pg.redrive_tasks,
+    queue_pg.history_rollups;
 UPDATE queue_pg.tuning_runs SET at = NULL;
+UPDATE queue_pg.history_rollup_state SET lo = NULL, hi = NULL, hours_hi = NULL;
 DELETE FROM queue_pg.queues;
 """
 

@@ -175,3 +175,31 @@ def test_the_sweep_forgets_keys_older_than_the_history_retention(
     conn.execute("UPDATE queue_pg.bulk_writes SET written_at = written_at - interval '2 hours' WHERE chunk < 2")
     jobs.sweep()
     assert conn.execute("SELECT chunk FROM queue_pg.bulk_writes").fetchall() == [(2,)]
+
+
+def test_a_bulk_send_honours_routes_like_send(jobs: Client, conn: psycopg.Connection[Any]) -> None:
+    """Rows whose type has a route land in its target, in staging order, counted and woken
+    there; the key stays the source queue's, so a re-send still sends nothing."""
+    jobs.create_queue("jobs-slow")
+    jobs.create_queue("jobs-bulky")
+    jobs.add_route("jobs", "slow", "jobs-slow")
+    jobs.add_route("jobs", "bulky", "jobs-bulky")
+    types = ["fast", "slow", None, "slow", "bulky", "other"]
+    rows = [(f'{{"i": {i}}}', None if t is None else f'{{"type": "{t}"}}') for i, t in enumerate(types)]
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        assert send_chunk(w, rows) == 6
+        assert send_chunk(w, rows) is None
+    landed = conn.execute(
+        "SELECT q.name, array_agg((m.body ->> 'i')::int ORDER BY m.id) FROM queue_pg.messages m"
+        " JOIN queue_pg.queues q ON q.id = m.queue_id GROUP BY q.name ORDER BY q.name").fetchall()
+    assert landed == [("jobs", [0, 2, 5]), ("jobs-bulky", [4]), ("jobs-slow", [1, 3])]
+    sent = {r[0]: r[1] for r in conn.execute("SELECT queue, sent FROM queue_pg.queue_stats")}
+    assert sent == {"jobs": 3, "jobs-slow": 2, "jobs-bulky": 1}
+    assert conn.execute("SELECT messages FROM queue_pg.bulk_writes").fetchall() == [(6,)]
+    # the same as send_batch routes them
+    jobs.send_batch("jobs", [{"i": i} for i in range(6)],
+                    attributes=[{} if t is None else {"type": t} for t in types])
+    again = conn.execute(
+        "SELECT q.name, count(*) FROM queue_pg.messages m JOIN queue_pg.queues q ON q.id = m.queue_id"
+        " GROUP BY q.name ORDER BY q.name").fetchall()
+    assert again == [("jobs", 6), ("jobs-bulky", 2), ("jobs-slow", 4)]

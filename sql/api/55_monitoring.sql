@@ -215,12 +215,62 @@ BEGIN
     END IF;
 END $$;
 
+-- What one history row says about the work: processing time (final receive to delete; NULL
+-- unless deleted after a receive) and waiting time (send to first receive; NULL if never
+-- received). The one definition, read by the exact figures and by the rollups (57_rollups.sql) alike.
+CREATE OR REPLACE FUNCTION queue_pg._work_time(outcome text, last_received_at timestamptz,
+                                               finished_at timestamptz) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN outcome = 'deleted' AND last_received_at IS NOT NULL
+                THEN extract(epoch FROM finished_at - last_received_at)::float8 END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._wait_time(first_received_at timestamptz, enqueued_at timestamptz)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT extract(epoch FROM first_received_at - enqueued_at)::float8
+$$;
+
 -- The figures of the history rows finished in [since, until), per queue (scope 'queue', type
--- NULL) and per queue and type (scope 'type'; a NULL type is a group of its own). Reads each
--- queue's rows through the index (queue_id, finished_at) in the day partitions of the window:
--- the cost is the window's rows, whatever the history's size. The definition is the one in
--- docs/timeouts.md ("The advice, exactly").
+-- NULL) and per queue and type (scope 'type'; a NULL type is a group of its own). The whole
+-- minutes of the window that sweep has rolled up (57_rollups.sql) are read from the rollups,
+-- with percentiles within 1% (_rolled_figures); a window with none is read row by row, exactly
+-- (_history_figures_exact). The definition is the one in docs/timeouts.md ("The advice, exactly").
 CREATE OR REPLACE FUNCTION queue_pg._history_figures(since timestamptz, until timestamptz, only_id integer)
+RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages bigint,
+               samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
+               wait_samples bigint, wait_p50 double precision, wait_p95 double precision,
+               wait_p99 double precision, wait_max double precision,
+               expiry_rate double precision, dead_letter_rate double precision, redeliveries bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    a timestamptz;  -- [a, b): the window's minutes rolled up; [ha, hb): its hours rolled up
+    b timestamptz;
+    ha timestamptz;
+    hb timestamptz;
+BEGIN
+    SELECT greatest(queue_pg._ceil_to(since, 60), s.lo), least(queue_pg._floor_to(until, 60), s.hi),
+           least(queue_pg._floor_to(until, 3600), s.hours_hi)
+    INTO a, b, hb
+    FROM queue_pg.history_rollup_state s WHERE s.hi IS NOT NULL;
+    IF a < b THEN
+        ha := queue_pg._ceil_to(a, 3600);
+        IF NOT ha < hb THEN
+            ha := b;
+            hb := b;
+        END IF;
+        -- planned for these bounds (a generic plan of the inlined body may scan every rollup)
+        RETURN QUERY EXECUTE 'SELECT * FROM queue_pg._rolled_figures($1, $2, $3, $4, $5, $6, $7)'
+            USING since, until, only_id, a, b, ha, hb;
+    ELSE
+        RETURN QUERY SELECT * FROM queue_pg._history_figures_exact(since, until, only_id);
+    END IF;
+END $$;
+
+-- The figures of _history_figures from every history row of the window: exact percentiles.
+-- Reads each queue's rows through the index (queue_id, finished_at) in the day partitions of
+-- the window: the cost is the window's rows, whatever the history's size.
+CREATE OR REPLACE FUNCTION queue_pg._history_figures_exact(since timestamptz, until timestamptz, only_id integer)
 RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages bigint,
                samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
                wait_samples bigint, wait_p50 double precision, wait_p95 double precision,
@@ -243,9 +293,8 @@ LANGUAGE sql STABLE AS $$
            sum(greatest(x.receive_count - 1, 0))::bigint
     FROM (
         SELECT q.id, q.name, h.type, h.outcome, h.receive_count, h.lease_expiries,
-               CASE WHEN h.outcome = 'deleted' AND h.last_received_at IS NOT NULL
-                    THEN extract(epoch FROM h.finished_at - h.last_received_at)::float8 END AS work,
-               extract(epoch FROM h.first_received_at - h.enqueued_at)::float8 AS wait
+               queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
+               queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
         FROM queue_pg.queues q
         JOIN queue_pg.message_history h
           ON h.queue_id = q.id AND h.finished_at >= since AND h.finished_at < until

@@ -222,14 +222,17 @@ BEGIN
         CASE WHEN tune.queue IS NULL THEN NULL ELSE (queue_pg._queue(tune.queue, 'manage')).id END, apply, true);
 END $$;
 
--- Run by sweep, whoever calls it: a sample for queue_stats (at most every 15 s) and a tuning
--- step of the auto_tune queues (at most once a minute, the mark kept in the samples' clock).
+-- Run by sweep, whoever calls it: a sample for queue_stats (at most every 15 s), the history's
+-- per-minute rollups (57_rollups.sql: at most 20,000 history rows a call), and a tuning step of
+-- the auto_tune queues (at most once a minute, the mark kept in the samples' clock).
 CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     last timestamptz;
 BEGIN
     PERFORM queue_pg._sample(at);
+    PERFORM queue_pg._rollup_history(at, 20000);
+    PERFORM queue_pg._forget_rollups(clock_timestamp(), 10000);
     -- a row lock no other role can take; a sweep that finds it taken leaves tuning to its holder
     SELECT r.at INTO last FROM queue_pg.tuning_runs r FOR UPDATE SKIP LOCKED;
     IF FOUND AND (last IS NULL OR last <= at - interval '1 minute' OR last > at) THEN
@@ -255,16 +258,23 @@ END $$;
 
 CREATE OR REPLACE VIEW queue_pg.tuning_log AS SELECT * FROM queue_pg._tuning_log();
 
--- Routing. The target queue of each message of a send to queue_id (NULL: no route for its
--- type), the targets held against a concurrent drop_queue like the queue itself (_hold).
+-- Routing. The target queue of a message with these attributes sent to queue_id (NULL: no
+-- route for its type): the one rule, read by every send path.
+CREATE OR REPLACE FUNCTION queue_pg._route_of(queue_id integer, attributes jsonb) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT r.target_id FROM queue_pg.routes r
+    WHERE r.queue_id = _route_of.queue_id AND r.type = left(attributes ->> 'type', 100)
+$$;
+
+-- The target queue of each message of a send to queue_id (_route_of), the targets held against
+-- a concurrent drop_queue like the queue itself (_hold).
 CREATE OR REPLACE FUNCTION queue_pg._route(queue_id integer, attributes jsonb[]) RETURNS integer[]
 LANGUAGE plpgsql AS $$
 DECLARE
     dests integer[];
 BEGIN
-    SELECT array_agg(r.target_id ORDER BY a.i) INTO dests
-    FROM unnest(attributes) WITH ORDINALITY a(attr, i)
-    LEFT JOIN queue_pg.routes r ON r.queue_id = _route.queue_id AND r.type = left(a.attr ->> 'type', 100);
+    SELECT array_agg(queue_pg._route_of(_route.queue_id, a.attr) ORDER BY a.i) INTO dests
+    FROM unnest(attributes) WITH ORDINALITY a(attr, i);
     PERFORM queue_pg._hold(x) FROM (SELECT DISTINCT x FROM unnest(dests) x WHERE x IS NOT NULL) t;
     RETURN dests;
 END $$;

@@ -96,6 +96,8 @@ DECLARE
     expires timestamptz := n + queue_pg._seconds(t);
     who oid := to_regrole(queue_pg._caller())::oid;
     sent bigint;
+    dests integer[];  -- the queues the rows landed in (routes), and how many in each
+    counts bigint[];
 BEGIN
     PERFORM queue_pg._check_write_key(write_id, part, chunk);
     IF d >= t THEN
@@ -113,21 +115,34 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM queue_pg._hold(q.id);
+    IF q.has_routes THEN  -- a row whose type has a route lands in its target (_route_of, 56_tuning.sql)
+        SELECT array_agg(x.qid), array_agg(x.cnt) INTO dests, counts FROM (
+            SELECT coalesce(queue_pg._route_of(q.id, s.attributes), q.id) AS qid, count(*) AS cnt
+            FROM pg_temp.queue_pg_staging s GROUP BY 1) x;
+        PERFORM queue_pg._hold(x) FROM unnest(dests) x WHERE x <> q.id;
+    END IF;
     INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-    SELECT q.id, visible, expires, n, s.body, s.attributes
+    SELECT coalesce(CASE WHEN q.has_routes THEN queue_pg._route_of(q.id, s.attributes) END, q.id),
+           visible, expires, n, s.body, s.attributes
     FROM pg_temp.queue_pg_staging s
     WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
                               queue_pg._message_size(s.body, s.attributes))
        OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid);
     GET DIAGNOSTICS sent = ROW_COUNT;
-    -- counted like send_batch's (queue_stats' flows); bulk sends take no route
-    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', sent) k;
+    IF NOT q.has_routes THEN
+        dests := ARRAY[q.id];
+        counts := ARRAY[sent];
+    END IF;
+    -- counted like send_batch's (queue_stats' flows), each in the queue it landed in (a refused
+    -- row raises: the rows staged are the rows sent)
+    PERFORM nextval(queue_pg._sequence(k.seq_kind, x.qid))
+    FROM unnest(dests, counts) x(qid, cnt) CROSS JOIN LATERAL queue_pg._tally('sent', x.cnt) k;
     UPDATE queue_pg.bulk_writes w SET messages = sent
     WHERE w.queue_id = q.id AND w.writer = who AND w.write_id = send_staged.write_id
       AND w.part = send_staged.part AND w.chunk = send_staged.chunk;
     TRUNCATE pg_temp.queue_pg_staging;
-    IF d = 0 AND sent > 0 THEN
-        PERFORM queue_pg._wake(q.id, false);
+    IF d = 0 THEN
+        PERFORM queue_pg._wake(x.qid, false) FROM unnest(dests, counts) x(qid, cnt) WHERE x.cnt > 0;
     END IF;
     RETURN sent;
 END $$;
