@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from time import monotonic
 from typing import TYPE_CHECKING, TypeVar
 
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
@@ -54,6 +55,11 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
     def _setup(self) -> None:
         self._running: dict[asyncio.Task[None], AsyncJob] = {}
         self._wake: asyncio.Event | None = None
+        self._flush_wake: asyncio.Event | None = None
+
+    def _acks_wake(self) -> None:
+        if self._flush_wake is not None:
+            self._flush_wake.set()
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` returns after the graceful stop. Call it in the loop."""
@@ -72,6 +78,9 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         """Receive and handle until :meth:`stop` or one of ``signals`` (main thread only)."""
         await run_plan(self.client, self._rounds.leases())
         self._wake = asyncio.Event()
+        self._flush_wake = asyncio.Event()
+        self._flushing = True
+        flusher = asyncio.create_task(self._flush_loop(), name="queue_pg-settle")
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if threading.current_thread() is threading.main_thread():
@@ -87,6 +96,10 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             finally:
                 await self._drain()
         finally:
+            self._flushing = False
+            self._flush_wake.set()
+            await flusher
+            await self._settle_left()
             for sig in installed:
                 loop.remove_signal_handler(sig)
         logger.info("stopped: %s", self.stats.line())
@@ -108,6 +121,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = AsyncJob(self.client, message, self.settings.leases[message.queue])
+        job.lease_until = self._rounds.leased_at + job.lease
         task = asyncio.create_task(self._handle(job), name=f"queue_pg-job-{message.id}")
         self._running[task] = job
 
@@ -141,8 +155,30 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             exc = e
         ended.set()  # a beat in progress completes first: the settle below has the last word
         await beating
-        plan = settle(job, exc, self.settings.backoff_for(job))
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
         self.stats.add(await run_plan(self.client, plan))
+
+    async def _flush_loop(self) -> None:
+        """Delete finished jobs no receive carried, once due (see :mod:`queue_pg.acks`)."""
+        assert self._flush_wake is not None
+        while self._flushing:
+            due = self._acks.due()
+            self._flush_wake.clear()
+            if due is None or due > monotonic():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._flush_wake.wait(),
+                                           None if due is None else due - monotonic())
+                continue
+            await run_plan(self.client, self._acks.flush())
+
+    async def _settle_left(self) -> None:
+        """The stop's last flush, tried again for up to the grace period."""
+        deadline = monotonic() + self.settings.grace_period
+        done = await run_plan(self.client, self._acks.flush(everything=True))
+        while not done and monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            done = await run_plan(self.client, self._acks.flush(everything=True))
+        self._settled_at_stop(done)
 
     async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event) -> None:
         interval = self.settings.interval(job.queue)

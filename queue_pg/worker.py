@@ -170,6 +170,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = Job(self.client, message, self.settings.leases[message.queue])
+        job.lease_until = self._rounds.leased_at + job.lease
         job.next_beat = job.started + self.settings.interval(message.queue)
         with self._cond:
             self._running.add(job)
@@ -229,17 +230,28 @@ class Worker(WorkerBase["Client", SyncHandler]):
             exc = e
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
-        self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
+        self.stats.add(run_plan(self.client, plan))
 
     # --- heartbeat --------------------------------------------------------------------------------
 
+    def _acks_wake(self) -> None:
+        self._beat_wake.set()
+
     def _heartbeat(self) -> None:
-        """One thread renews every running job's lease when it is due."""
+        """One thread renews every running job's lease when it is due, and deletes finished
+        jobs no receive carried (see :mod:`queue_pg.acks`)."""
         while not self._closed:
             with self._cond:
                 jobs = list(self._running)
             now = monotonic()
             due = now + 0.5
+            flush_at = self._acks.due()
+            if flush_at is not None and now >= flush_at:
+                run_plan(self.client, self._acks.flush())
+                flush_at = self._acks.due()
+            if flush_at is not None:
+                due = min(due, flush_at)
             for job in jobs:
                 if job.deadline is not None and now >= job.deadline and job.beating:
                     job.cancel(TIMEOUT)
@@ -286,6 +298,12 @@ class Worker(WorkerBase["Client", SyncHandler]):
             job.cancel(SHUTDOWN)
             with job.lock:
                 job.beating = False
+        done = run_plan(self.client, self._acks.flush(everything=True))
+        while not done and monotonic() < deadline:
+            with self._cond:
+                self._cond.wait(0.2)
+            done = run_plan(self.client, self._acks.flush(everything=True))
+        self._settled_at_stop(done)
         if left:
             logger.warning("%d job(s) still running after the grace period (%s);"
                            " their leases bring the messages back",

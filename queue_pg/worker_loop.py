@@ -16,6 +16,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from queue_pg import outage
+from queue_pg.acks import Acks
 from queue_pg.backoff import Backoff
 from queue_pg.errors import InvalidParameter, OverLimit, QueueNotFound
 from queue_pg.jobs import BaseJob, Reject
@@ -167,11 +168,16 @@ class Rounds:
     """The worker's receive rounds: each queue short-polled, the last one (turning, so none
     starves) long-polled for a slice; the leases read again every :data:`LEASE_REFRESH`."""
 
-    def __init__(self, options: WorkerOptions, stats: WorkerStats, what: str) -> None:
+    def __init__(
+        self, options: WorkerOptions, stats: WorkerStats, what: str, acks: Acks | None = None
+    ) -> None:
         self.options = options
         self.stats = stats
+        self.acks = acks
         self.turn = 0
         self.refresh_at = 0.0
+        #: time.monotonic() before the last receive: its leases end no earlier than this + lease
+        self.leased_at = 0.0
         # a lost server: warn once, retry with capped exponential backoff and jitter, say when
         # it works again
         self.outage = outage.Outage(logger, what, base=IDLE_SLEEP, cap=30.0)
@@ -185,6 +191,28 @@ class Rounds:
             else:
                 o.set_lease(q, (yield ClientCall("get_queue", (q,))).visibility_timeout)
         self.refresh_at = monotonic() + LEASE_REFRESH
+
+    def _receive(self, queue: str, n: int, wait: float) -> Plan[list[Message]]:
+        """One receive, carrying the deletes of finished jobs of ``queue`` that may ride."""
+        riders = self.acks.ride(queue) if self.acks is not None else []
+        kwargs: dict[str, Any] = {"visibility_timeout": self.options.leases[queue], "wait": wait}
+        if riders:
+            kwargs["delete"] = [j.receipt for j in riders]
+        self.leased_at = monotonic()
+        try:
+            messages: list[Message] = yield ClientCall("receive", (queue, n), kwargs)
+        except OverLimit as exc:  # a short poll on a queue at its in_flight_limit
+            self._rode(riders, exc)
+            return []
+        except BaseException as exc:
+            self._rode(riders, exc)
+            raise
+        self._rode(riders, None)
+        return messages
+
+    def _rode(self, riders: list[BaseJob], error: BaseException | None) -> None:
+        if self.acks is not None:
+            self.acks.rode(riders, error)
 
     def round(
         self, free: int, stopped: Callable[[], bool], start: Callable[[Message], Any]
@@ -202,12 +230,7 @@ class Rounds:
                 if stopped() or free == 0:
                     break
                 wait = min(o.wait, POLL_SLICE) if i == n - 1 else 0.0
-                try:
-                    messages = yield ClientCall(
-                        "receive", (queue, min(free, o.batch_size)),
-                        {"visibility_timeout": o.leases[queue], "wait": wait})
-                except OverLimit:  # a short poll on a queue at its in_flight_limit
-                    messages = []
+                messages = yield from self._receive(queue, min(free, o.batch_size), wait)
                 self.stats.add("received", len(messages))
                 if stopped():  # received after the stop: never started
                     self.stats.add("released", (yield from release(messages)))
@@ -271,12 +294,22 @@ class WorkerBase(Generic[C, H]):
         self._registry = handler if isinstance(handler, Registry) else None
         self._handler: H | None = None if isinstance(handler, Registry) else handler
         self.stats = WorkerStats()
-        self._rounds = Rounds(self.settings, self.stats, "worker")
+        self._acks = Acks(lambda: self._acks_wake(), self.stats.add)
+        self._rounds = Rounds(self.settings, self.stats, "worker", self._acks)
         self._stop_requested = False
         self._setup()
 
     def _setup(self) -> None:
         """The worker's own state (threads, tasks), made at the end of __init__."""
+
+    def _acks_wake(self) -> None:
+        """A finished job waits for its delete: make sure a flush is due (see Acks)."""
+
+    def _settled_at_stop(self, done: bool) -> None:
+        """After the last flush of a stop: say what could not be deleted."""
+        if not done:
+            logger.warning("%d finished job(s) could not be deleted before the stop; their"
+                           " leases bring them back (they run again)", len(self._acks))
 
     @property
     def queues(self) -> list[str]:
