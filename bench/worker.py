@@ -235,7 +235,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         cells = []
         for i, c in enumerate(CONFIGS):
             rate = r["throughput"][i]["jobs_per_s"] or 0
-            ratio = f" ({rate / best[c]:.2f}× best peer)" if cls.name == "queue_pg" and best[c] \
+            ratio = f" ({rate / best[c]:.2f}x best peer)" if cls.name == "queue_pg" and best[c] \
                 else ""
             cells.append(f"{rate:,.0f}{ratio}")
         pg = [t for t in r["throughput"] if "xact_per_job" in t]
@@ -244,8 +244,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                    ) if pg else "— (Redis)"
         s = r["latency"]["latency"]
         rows.append([cls.label, *cells, per_job, f"{s.p50_ms:.1f} / {s.p99_ms:.1f} ms"])
-    heads = ["system", "1 process × 16 jobs/s", "2 processes × 8 jobs/s",
-             "per job (1×16 / 2×8)", "idle latency p50 / p99"]
+    heads = ["system", "1 process x 16 jobs/s", "2 processes x 8 jobs/s",
+             "per job (1x16 / 2x8)", "idle latency p50 / p99"]
     return markdown_table(heads, rows, "lrrrr")
 
 
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         for cls in systems:
             results[cls.name] = run_system(cls, args, Path(tmp), log)
-    versions = {}
+    versions: dict[str, dict[str, Any]] = {}
     for cls in systems:
         try:
             versions[cls.name] = {"label": cls.label, "version": cls.version(), "note": cls.note}
@@ -288,16 +288,16 @@ def run(args: argparse.Namespace) -> int:
         " concurrency, running the same no-op job. Throughput: jobs filled first, then the"
         " workers start; jobs over the time from the first handler start to the last"
         f" ({args.jobs * args.scale:,.0f} jobs, fewer for the slow systems: "
-        + ", ".join(f"{c.label} ×{c.share:g}" for c in systems if c.share != 1)
+        + ", ".join(f"{c.label} x{c.share:g}" for c in systems if c.share != 1)
         + f"; median of {args.runs} run(s)). Per job: PostgreSQL transactions committed in the"
         " system's database and WAL bytes written by the whole server, from the workers' start"
         f" to their exit. Idle latency: {args.latency_jobs * args.scale:,.0f} jobs sent one at"
-        f" a time at {args.rate:g}/s to idle workers (1 × 16), send to handler start.",
+        f" a time at {args.rate:g}/s to idle workers (1 x 16), send to handler start.",
         "",
         table(results),
         "",
         *notes,
-        "" if notes else "",
+        "",
         f"Machine: {machine_line(machine)}.",
         "",
         f"Reproduce: `{args.command_line}`",

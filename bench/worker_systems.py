@@ -108,7 +108,10 @@ class QueuePgSystem(System):
 
         client = Client(self.target, min_size=1, max_size=1, sweep_interval=None)
         task = Task(lambda **kw: None, queue=QUEUE, name=TASK, registry=Registry())
-        return (lambda t: task.send(kwargs={"t": t}, client=client)), client.close
+        def send(t: float) -> None:
+            task.send(kwargs={"t": t}, client=client)
+
+        return send, client.close
 
     def commands(self, processes: int, concurrency: int) -> list[list[str]]:
         return [[sys.executable, "-m", "queue_pg.worker_cli", "bench.worker_apps.qpg",
@@ -195,9 +198,10 @@ class ProcrastinateSystem(System):
 
     def fill(self, count: int) -> None:
         async def defer(app: Any) -> None:
+            deferrer = app.configure_task(QUEUE, queue=QUEUE)
             for start in range(0, count, 5000):
                 n = min(5000, count - start)
-                await app.configure_task(QUEUE, queue=QUEUE).batch_defer_async(*({"n": i} for i in range(n)))
+                await deferrer.batch_defer_async(*({"n": i} for i in range(n)))
 
         self._run(defer)
         with db.connect(self.target) as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery  # type: ignore[import-untyped]
 
 from bench.worker_apps import QUEUE, REDIS_ENV, stamp
 

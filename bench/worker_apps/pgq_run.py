@@ -8,6 +8,7 @@ line would give it (``python -m bench.worker_apps.pgq_run C``).
 
 from __future__ import annotations
 
+
 def main() -> None:
     """PgQueuer's defaults: a batch of 10, no limit on the jobs a process runs at once (its
     ``--max-concurrent-tasks`` must be at least twice the batch size, so it cannot say 8 or
