@@ -93,13 +93,15 @@ class QueuePgSystem(System):
 
     def fill(self, count: int) -> None:
         with db.connect(self.target) as conn:
-            conn.execute(
-                "SELECT count(*) FROM queue_pg.send_batch(%s, ARRAY("
-                " SELECT jsonb_build_object('task', %s::text, 'args', '[]'::jsonb,"
-                " 'kwargs', jsonb_build_object('n', g))"
-                " FROM generate_series(1, %s) AS g ORDER BY g),"
-                " attributes => array_fill(jsonb_build_object('type', %s::text), ARRAY[%s]))",
-                [QUEUE, TASK, count, TASK, count])
+            for start in range(0, count, 10_000):  # send_batch takes up to 10,000
+                n = min(10_000, count - start)
+                conn.execute(
+                    "SELECT count(*) FROM queue_pg.send_batch(%s, ARRAY("
+                    " SELECT jsonb_build_object('task', %s::text, 'args', '[]'::jsonb,"
+                    " 'kwargs', jsonb_build_object('n', g))"
+                    " FROM generate_series(1, %s) AS g ORDER BY g), attributes =>"
+                    " array_fill(jsonb_build_object('type', %s::text), ARRAY[%s]))",
+                    [QUEUE, TASK, n, TASK, n])
             conn.execute("VACUUM ANALYZE queue_pg.messages")
 
     def sender(self) -> tuple[Callable[[float], None], Callable[[], None]]:

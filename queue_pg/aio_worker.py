@@ -21,7 +21,14 @@ from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
 from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
-from queue_pg.worker_loop import STOP_SIGNALS, WorkerBase, per_queue, resolve_task
+from queue_pg.worker_loop import (
+    GATHER,
+    STOP_SIGNALS,
+    WorkerBase,
+    gathered,
+    per_queue,
+    resolve_task,
+)
 
 if TYPE_CHECKING:
     from queue_pg.aio import AsyncClient
@@ -106,14 +113,20 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     async def _loop(self) -> None:
         assert self._wake is not None
+        since = monotonic()
         while not self._stop_requested:
             free = self.settings.concurrency - len(self._running)
-            if free <= 0:
+            if free <= 0 or not gathered(free, self.settings.concurrency, since):
+                if free <= 0:
+                    since = monotonic()
                 self._wake.clear()
-                await self._wake.wait()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), None if free <= 0
+                                           else max(0.0, since + GATHER - monotonic()))
                 continue
             pause = await run_plan(self.client, self._rounds.round(
                 free, lambda: self._stop_requested, self._start))
+            since = monotonic()
             if pause:
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -12,6 +12,9 @@ a consumer has to do by itself with leases:
 - a message that can never succeed (:class:`Reject`: an unknown task, arguments that do not fit,
   a body the client could not decode, a task's retries used up) is dead-lettered at once with
   the reason (``dead_letter``);
+- a job that succeeded is deleted in a batch: by the next receive of its queue (one statement
+  and one commit for the deletes and the next claim), else by a ``delete_batch`` a few
+  milliseconds later; a stale receipt is still reported per job (:mod:`queue_pg.acks`);
 - SIGTERM / SIGINT stop receiving, let running handlers finish within a grace period, and release
   what was received but not started; a second signal exits at once and leases bring the rest back.
 
@@ -39,9 +42,11 @@ from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
 from queue_pg.worker_loop import (
+    GATHER,
     STATUS_INTERVAL,
     STOP_SIGNALS,
     WorkerBase,
+    gathered,
     per_queue,
     resolve_task,
 )
@@ -141,13 +146,19 @@ class Worker(WorkerBase["Client", SyncHandler]):
     # --- receiving --------------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        """Wait until a thread is free (or a stop); how many are."""
+        """Wait until a thread is free (or a stop), and a moment for more (see
+        :func:`gathered`); how many are."""
+        since = monotonic()
         with self._cond:
             while not self._stop_requested:
                 free = self.settings.concurrency - len(self._running)
-                if free > 0:
+                if free > 0 and gathered(free, self.settings.concurrency, since):
                     return free
-                self._cond.wait(0.1)
+                if free > 0:
+                    self._cond.wait(max(0.0, since + GATHER - monotonic()))
+                else:
+                    since = monotonic()
+                    self._cond.wait(0.1)
         return 0
 
     def _loop(self) -> None:

@@ -33,6 +33,7 @@ H = TypeVar("H")  # the handler
 
 __all__ = [
     "FATAL",
+    "GATHER",
     "IDLE_SLEEP",
     "LEASE_REFRESH",
     "POLL_SLICE",
@@ -42,6 +43,7 @@ __all__ = [
     "WorkerBase",
     "WorkerOptions",
     "WorkerStats",
+    "gathered",
     "per_queue",
     "resolve_task",
 ]
@@ -54,6 +56,9 @@ POLL_SLICE = 1.0
 #: Pause after an empty short poll (``wait=0``) and after a failed receive (doubling to 30 s,
 #: with jitter).
 IDLE_SLEEP = 0.25
+#: Longest a busy worker waits for the rest of its slots to free before it receives for those
+#: that are free (see :func:`gathered`): one receive for several jobs, not one each.
+GATHER = 0.002
 #: Seconds between status lines of a busy worker (logged only when something changed).
 STATUS_INTERVAL = 60.0
 #: How often a worker that uses its queues' own visibility_timeout reads it again, so an
@@ -154,6 +159,13 @@ class WorkerOptions:
             logger.warning("queue %s: heartbeat_interval %.3gs >= lease %.3gs: leases lapse",
                            queue, interval, lease)
         self.leases[queue] = lease
+
+
+def gathered(free: int, concurrency: int, since: float) -> bool:
+    """Whether a receive for ``free`` slots should go now: all slots are free (an idle worker
+    receives at once), or the running jobs have had :data:`GATHER` seconds since the first slot
+    freed (``since``) to finish too."""
+    return free >= concurrency or monotonic() - since >= GATHER
 
 
 def per_queue(values: Mapping[str, float]) -> str:
