@@ -61,6 +61,9 @@ __all__ = [
 logger = logging.getLogger("queue_pg.worker")
 
 R = TypeVar("R")
+#: Longest the heartbeat thread sleeps: a job whose first beat is further away than this does
+#: not need to wake it.
+BEAT_POLL = 0.5
 SyncHandler = Callable[[Job], object]
 
 
@@ -185,7 +188,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
         job.next_beat = job.started + self.settings.interval(message.queue)
         with self._cond:
             self._running.add(job)
-        self._beat_wake.set()
+        if job.next_beat < monotonic() + BEAT_POLL:  # else the heartbeat thread is up in time
+            self._beat_wake.set()
         self._inbox.put(job)
 
     # --- threads ----------------------------------------------------------------------------------
@@ -223,7 +227,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
                     job.beating = False
                 with self._cond:
                     self._running.discard(job)
-                    self._cond.notify_all()
+                    # the receive loop waits for the first free slot, then (timed) for the
+                    # rest: wake it for the first and the last, not for each job
+                    free = self.settings.concurrency - len(self._running)
+                    if free in (1, self.settings.concurrency):
+                        self._cond.notify_all()
 
     def _handle(self, job: Job) -> None:
         exc: BaseException | None = None
@@ -256,7 +264,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
             with self._cond:
                 jobs = list(self._running)
             now = monotonic()
-            due = now + 0.5
+            due = now + BEAT_POLL
             flush_at = self._acks.due()
             if flush_at is not None and now >= flush_at:
                 run_plan(self.client, self._acks.flush())
