@@ -64,6 +64,7 @@ class Acks:
         self._failing = False
         self._wake = wake
         self._count = count
+        self._maybe_done: set[int] = set()  # id() of jobs whose delete may have committed
 
     def __len__(self) -> int:
         with self._lock:
@@ -107,7 +108,9 @@ class Acks:
             return
         if error is None:
             self._count("succeeded", len(jobs))
-        else:
+        else:  # a long poll may have committed its first attempt (the deletes) before failing
+            with self._lock:
+                self._maybe_done.update(map(id, jobs))
             self._back(jobs)
 
     def flush(self, everything: bool = False) -> Plan[bool]:
@@ -138,8 +141,11 @@ class Acks:
 
     def _report(self, jobs: list[BaseJob], outcomes: list[tuple[bool, str | None]]) -> None:
         done = 0
-        for job, (deleted, error) in zip(jobs, outcomes, strict=True):
-            if deleted:
+        with self._lock:
+            maybe_done = [id(j) in self._maybe_done for j in jobs]
+            self._maybe_done.difference_update(map(id, jobs))
+        for job, (deleted, error), earlier in zip(jobs, outcomes, maybe_done, strict=True):
+            if deleted or (error is None and earlier):  # gone: deleted by that receive
                 done += 1
             elif error is None:  # gone already: its message_ttl passed
                 logger.warning("message %s expired before its delete", job.id)

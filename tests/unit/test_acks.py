@@ -135,3 +135,15 @@ def test_batches_are_cut_at_the_sql_limit() -> None:
     a.add(job(99999))
     done, calls = drive(a.flush(everything=True), deleted)
     assert done and [len(c.args[1]) for c in calls] == [6]
+
+
+def test_a_failed_long_poll_whose_deletes_committed_does_not_warn_of_expiry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = Counts()
+    a = c.acks()
+    a.add(job(1))
+    a.rode(a.ride("q"), ConnectionError("lost while waiting"))  # its first attempt committed
+    with caplog.at_level(logging.WARNING, "queue_pg.worker"):
+        done, _ = drive(a.flush(everything=True), [DeleteResult("r1", False, None)])
+    assert done and c.counts == {"succeeded": 1} and "expired" not in caplog.text
