@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
             argv.append("--keep")
         if args.quiet:
             argv.append("--quiet")
-        if name in ("send", "cycle", "latency", "worker") and args.seconds is not None:
+        if name in ("send", "cycle", "latency") and args.seconds is not None:
             argv += ["--seconds", repr(args.seconds)]
-        if name in ("send", "cycle", "latency") and args.systems:
+        if name in ("send", "cycle", "latency", "worker") and args.systems:
             argv += ["--systems", args.systems]
         if name in ("send", "cycle"):
             if args.no_ceiling:
@@ -184,14 +184,16 @@ def summary_markdown(out: Path, command: str, elapsed: float) -> str:
             rows.append(row)
 
     wk = _load(out, "worker")
-    if wk is not None:
+    if wk is not None and "queue_pg" in wk.get("results", {}):
         machine = machine or wk["machine"]
-        lw = wk["latency"]["latency"]
-        rest = ["not measured"] * len(peer_names)
+        ours_w = wk["results"]["queue_pg"]
+        rest = ["see worker.md"] * len(peer_names)
+        lw = ours_w["latency"]["latency"]
         rows.append(["worker", "send → handler start p50 / p99 ms",
                      f"{lw['p50_ms']:.2f} / {lw['p99_ms']:.2f}", "—", *rest])
-        for t in wk["throughput"]:
-            rows.append(["worker jobs/s", f"no-op tasks, concurrency {t['concurrency']}",
+        for t in ours_w["throughput"]:
+            rows.append(["worker jobs/s",
+                         f"no-op tasks, {t['processes']} process(es) x {t['concurrency']}",
                          _num(t["jobs_per_s"]), "—", *rest])
 
     lh = _load(out, "leased_head")

@@ -1,26 +1,36 @@
-"""Scenario "worker": ``queue_pg.Worker`` running no-op tasks (``queue_pg.tasks``).
+"""Scenario "worker": job runners side by side, each through its own worker entry point with
+its default settings, running the same no-op job (:mod:`bench.worker_apps`).
 
-Two measurements, each with the worker in a process of its own:
+Systems (:mod:`bench.worker_systems`): queue_pg's ``queue-pg worker``, PgQueuer's ``pgq run``,
+``procrastinate worker``, Celery's ``celery worker --pool threads`` on Redis and ``rq worker``
+on Redis (Celery and RQ are "n/a (why)" where Redis does not answer). For each:
 
-- latency: an idle worker (concurrency 4) long-polls; the parent enqueues the task at a fixed
-  rate (``Task.send``), each run carrying the ``time.monotonic()`` taken just before its send.
-  Latency is the handler's start (inside the task function) minus that stamp.
-- throughput: the queue is filled with task messages first, then a worker with concurrency 1,
-  4 and 16 (threads, as ``Worker`` runs them) runs them all; jobs per second is the number of
-  jobs over the time from the first task start to the last.
+- idle latency: the workers (1 process x 16) wait on an empty queue; the parent sends one job at
+  a time at ``--rate``, each stamped with ``time.time()`` just before its send; latency is the
+  handler's start minus that stamp;
+- throughput at 1 process x 16 and 2 processes x 8: ``--jobs`` jobs (times the system's share:
+  the slow ones need fewer for a rate) are filled first, then the workers start; jobs per second
+  over the time from the first handler start to the last. For the PostgreSQL systems, the
+  transactions (``pg_stat_database.xact_commit`` of the system's own scratch database) and the
+  WAL bytes (``pg_current_wal_lsn``: the whole server's, so other work on it counts too) from
+  the workers' start to their exit, per job.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import threading
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
 import time
-import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import Scenario, db, peers
+from bench import Scenario, db
 from bench.report import (
     DEFAULT_OUT,
     LatencySummary,
@@ -31,224 +41,276 @@ from bench.report import (
     write_results,
 )
 from bench.throughput import logger
+from bench.worker_apps import STAMPS_ENV
+from bench.worker_systems import DEFAULT_REDIS, SYSTEMS, System
 
 RESULT_NAME = "worker"
-TASK = "bench.noop"
-CONCURRENCY = (1, 4, 16)
-LATENCY_CONCURRENCY = 4
-#: Jobs per second of measured time a throughput run is sized for (at --scale 1, --seconds 5).
-_JOBS_PER_SECOND_GUESS = 600
+#: (processes, handlers per process) of the throughput runs; the latency run uses the first.
+CONFIGS = ((1, 16), (2, 8))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--seconds",
-        type=float,
-        default=5.0,
-        help="rough seconds per measurement at --scale 1 (default 5; times --scale)",
-    )
-    parser.add_argument(
-        "--rate", type=float, default=50.0, help="tasks enqueued per second for the latency run"
-    )
+    parser.add_argument("--jobs", type=int, default=20_000,
+                        help="no-op jobs of a throughput run at --scale 1 (default 20000)")
+    parser.add_argument("--rate", type=float, default=20.0,
+                        help="jobs sent per second for the idle latency (default 20)")
+    parser.add_argument("--latency-jobs", type=int, default=200,
+                        help="jobs of a latency run at --scale 1 (default 200)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="throughput runs per cell; the table shows the median (default 1)")
+    parser.add_argument("--systems", default=",".join(s.name for s in SYSTEMS),
+                        help="comma-separated systems (default all: "
+                             + ", ".join(s.name for s in SYSTEMS) + ")")
+    parser.add_argument("--redis", default=os.environ.get("QUEUE_PG_BENCH_REDIS", DEFAULT_REDIS),
+                        help=f"Redis of Celery and RQ (default $QUEUE_PG_BENCH_REDIS or"
+                             f" {DEFAULT_REDIS})")
+    parser.add_argument("--seconds", type=float, default=None, help=argparse.SUPPRESS)
 
 
-def _registry(sink: Any = None) -> Any:
-    from queue_pg.tasks import Registry, Task
-
-    registry = Registry()
-
-    def noop(n: int | None = None, t: float | None = None) -> None:
-        """The task: does nothing but note when it started."""
-        if sink is not None:
-            sink(time.monotonic(), t)
-
-    Task(noop, queue=peers.QUEUE, name=TASK, registry=registry)
-    return registry
-
-
-def _worker_child(dsn: str, concurrency: int, expected: int, ready: Any, results: Any) -> None:
-    try:
-        from queue_pg import Client, Worker
-
-        starts: list[tuple[float, float | None]] = []
-        lock = threading.Lock()
-        holder: dict[str, Any] = {}
-
-        def sink(now: float, stamp: float | None) -> None:
-            with lock:
-                starts.append((now, stamp))
-                if len(starts) >= expected:
-                    holder["worker"].stop()
-
-        client = Client(dsn, min_size=1, max_size=concurrency + 2, sweep_interval=None)
-        worker = Worker(client, peers.QUEUE, _registry(sink), concurrency=concurrency, wait=5)
-        holder["worker"] = worker
-    except BaseException:
-        ready.put(traceback.format_exc())
-        return
-    ready.put(None)
-    try:
-        began = time.monotonic()
-        worker.run(signals=())
-        client.close()
-    except BaseException:
-        results.put({"error": traceback.format_exc()})
-        return
-    results.put({"starts": starts, "began": began, "stats": worker.stats.line()})
-
-
-def _spawn(dsn: str, concurrency: int, expected: int) -> tuple[Any, Any, Any]:
-    ctx = mp.get_context("fork")
-    ready, results = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(
-        target=_worker_child, args=(dsn, concurrency, expected, ready, results), daemon=True
-    )
-    proc.start()
-    err = ready.get(timeout=60)
-    if err:
-        proc.join(5)
-        raise RuntimeError(err)
-    return proc, results, ctx
-
-
-def _finish(proc: Any, results: Any, timeout: float) -> dict[str, Any]:
-    try:
-        out: dict[str, Any] = results.get(timeout=timeout)
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    if "error" in out:
-        raise RuntimeError(out["error"])
+def _stamps(folder: Path) -> list[tuple[float, float | None]]:
+    out: list[tuple[float, float | None]] = []
+    for path in folder.glob("*.txt"):
+        for line in path.read_text().split("\n"):
+            parts = line.split()
+            if parts:
+                out.append((float(parts[0]), float(parts[1]) if len(parts) > 1 else None))
     return out
 
 
-def measure_latency(dsn: str, rate: float, count: int) -> dict[str, Any]:
-    from queue_pg import Client
+def _count(folder: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in folder.glob("*.txt"))
 
-    proc, results, _ = _spawn(dsn, LATENCY_CONCURRENCY, count)
-    time.sleep(1.0)  # the worker is up and idle in its long poll
-    task = _registry().tasks[TASK]
-    with Client(dsn, min_size=1, max_size=1, sweep_interval=None) as client:
-        t0 = time.monotonic()
-        for i in range(count):
-            pause = t0 + i / rate - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            task.send(kwargs={"n": i, "t": time.monotonic()}, client=client)
-        out = _finish(proc, results, timeout=120)
-    lat = [now - stamp for now, stamp in out["starts"] if stamp is not None]
+
+@contextmanager
+def _workers(system: System, processes: int, concurrency: int, stamps: Path) -> Iterator[None]:
+    """The system's worker processes, each in a process group of its own; SIGTERM at the end
+    (SIGKILL to what is left after 20 s)."""
+    env = {**os.environ, **system.env(), STAMPS_ENV: str(stamps),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    log = stamps / "workers.log"
+    procs = []
+    with log.open("ab") as out:
+        for argv in system.commands(processes, concurrency):
+            procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out,
+                                          start_new_session=True))
+    try:
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _wait_for(stamps: Path, n: int, timeout: float, procs_log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while _count(stamps) < n:
+        if time.monotonic() > deadline:
+            tail = procs_log.read_text(errors="replace")[-2000:] if procs_log.exists() else ""
+            raise RuntimeError(f"{_count(stamps)} of {n} jobs ran in {timeout:.0f}s; log:\n{tail}")
+        time.sleep(0.05)
+
+
+def _pg_counters(dsn: str) -> tuple[int, str]:
+    with db.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database"
+            " WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0]), str(row[1])
+
+
+def _wal_bytes(dsn: str, start: str, end: str) -> int:
+    with db.connect(dsn) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end, start]).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def measure_latency(system: System, count: int, rate: float, tmp: Path) -> dict[str, Any]:
+    stamps = tmp / f"{system.name}-latency"
+    stamps.mkdir()
+    send, close = system.sender()
+    processes, concurrency = CONFIGS[0]
+    try:
+        with _workers(system, processes, concurrency, stamps):
+            send(time.time())  # warm-up: the workers are up once it ran
+            _wait_for(stamps, 1, 120, stamps / "workers.log")
+            time.sleep(1.0)  # idle: waiting on an empty queue
+            began = time.time()
+            t0 = time.monotonic()
+            for i in range(count):
+                pause = t0 + i / rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                send(time.time())
+            _wait_for(stamps, count + 1, 60, stamps / "workers.log")
+    finally:
+        close()
+    lat = [lat for start, lat in _stamps(stamps) if lat is not None and start - lat >= began]
     return {"latency": LatencySummary.of(lat), "sent": count, "started": len(lat),
-            "concurrency": LATENCY_CONCURRENCY}
+            "processes": processes, "concurrency": concurrency}
 
 
-def fill_tasks(dsn: str, count: int) -> None:
-    """``count`` task messages, built in the server (the envelope ``Task.send`` writes)."""
-    with db.connect(dsn) as conn:
-        done = 0
-        while done < count:
-            size = min(10_000, count - done)
-            conn.execute(
-                "SELECT count(*) FROM queue_pg.send_batch(%s, ARRAY("
-                " SELECT jsonb_build_object('task', %s::text, 'args', '[]'::jsonb,"
-                " 'kwargs', jsonb_build_object('n', g))"
-                " FROM generate_series(%s::bigint, %s::bigint) AS g ORDER BY g),"
-                " attributes => array_fill(jsonb_build_object('type', %s::text), ARRAY[%s]))",
-                [peers.QUEUE, TASK, done, done + size - 1, TASK, size],
-            )
-            done += size
-
-
-def measure_throughput(dsn: str, concurrency: int, jobs: int) -> dict[str, Any]:
-    fill_tasks(dsn, jobs)
-    with db.connect(dsn) as conn:
-        conn.execute("VACUUM ANALYZE queue_pg.messages")
-    proc, results, _ = _spawn(dsn, concurrency, jobs)
-    out = _finish(proc, results, timeout=600)
-    starts = sorted(now for now, _ in out["starts"])
+def measure_throughput(system: System, processes: int, concurrency: int, jobs: int,
+                       tmp: Path, run: int) -> dict[str, Any]:
+    stamps = tmp / f"{system.name}-{processes}x{concurrency}-{run}"
+    stamps.mkdir()
+    system.fill(jobs)
+    before = _pg_counters(system.target) if system.postgres else None
+    with _workers(system, processes, concurrency, stamps):
+        _wait_for(stamps, jobs, 600 + jobs / 20, stamps / "workers.log")
+    starts = sorted(start for start, _ in _stamps(stamps))
     span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
-    return {
-        "concurrency": concurrency,
-        "jobs": len(starts),
-        "seconds": round(span, 3),
-        "jobs_per_s": (len(starts) - 1) / span if span > 0 else None,
-        "worker_stats": out["stats"],
+    out: dict[str, Any] = {
+        "processes": processes, "concurrency": concurrency, "jobs": len(starts),
+        "seconds": round(span, 3), "jobs_per_s": (len(starts) - 1) / span if span else None,
     }
+    if before is not None:
+        time.sleep(0.5)  # the exited backends' counters reach pg_stat_database
+        after = _pg_counters(system.target)
+        out["xact_per_job"] = round((after[0] - before[0]) / len(starts), 3)
+        out["wal_bytes_per_job"] = round(_wal_bytes(system.target, before[1], after[1])
+                                         / len(starts))
+    return out
+
+
+@contextmanager
+def _target(system: type[System], args: argparse.Namespace) -> Iterator[str]:
+    if system.postgres:
+        with db.scratch_database(args.dsn, f"{args.database}_worker_{system.name}",
+                                 keep=args.keep) as dsn:
+            yield dsn
+    else:
+        yield args.redis
+
+
+def run_system(cls: type[System], args: argparse.Namespace, tmp: Path,
+               log: Any) -> dict[str, Any]:
+    missing = cls.missing(args.redis)
+    if missing:
+        log(f"{cls.label}: n/a ({missing})")
+        return {"missing": missing}
+    jobs = max(20, round(args.jobs * args.scale * cls.share))
+    count = max(10, round(args.latency_jobs * args.scale))
+    with _target(cls, args) as target:
+        system = cls(target)
+        system.install()
+        latency = measure_latency(system, count, args.rate, tmp)
+        s: LatencySummary = latency["latency"]
+        log(f"{cls.label}: idle latency p50 {s.p50_ms:.2f} ms p99 {s.p99_ms:.2f} ms")
+        cells = []
+        for processes, concurrency in CONFIGS:
+            runs = [measure_throughput(system, processes, concurrency, jobs, tmp, i)
+                    for i in range(args.runs)]
+            rates = [r["jobs_per_s"] or 0.0 for r in runs]
+            cell = {**runs[0], "jobs_per_s": statistics.median(rates), "runs": rates}
+            cells.append(cell)
+            log(f"{cls.label}: {processes} x {concurrency}: {cell['jobs_per_s']:,.0f} jobs/s"
+                f" ({cell['jobs']:,} jobs"
+                + (f", {cell['xact_per_job']} xact/job" if "xact_per_job" in cell else "") + ")")
+    return {"latency": latency, "throughput": cells}
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table the README shows: one row per system, ratios to queue_pg."""
+    best = {c: max((r["throughput"][i]["jobs_per_s"] or 0 for n, r in results.items()
+                    if n != "queue_pg" and "throughput" in r), default=0)
+            for i, c in enumerate(CONFIGS)}
+    rows: list[list[object]] = []
+    for cls in SYSTEMS:
+        r = results.get(cls.name)
+        if r is None:
+            continue
+        if "missing" in r:
+            rows.append([cls.label, *[f"n/a ({r['missing']})"] * 4])
+            continue
+        cells = []
+        for i, c in enumerate(CONFIGS):
+            rate = r["throughput"][i]["jobs_per_s"] or 0
+            ratio = f" ({rate / best[c]:.2f}x best peer)" if cls.name == "queue_pg" and best[c] \
+                else ""
+            cells.append(f"{rate:,.0f}{ratio}")
+        pg = [t for t in r["throughput"] if "xact_per_job" in t]
+        per_job = (" / ".join(f"{t['xact_per_job']:.2f}" for t in pg) + " xact, "
+                   + " / ".join(f"{t['wal_bytes_per_job']:,}" for t in pg) + " B WAL"
+                   ) if pg else "— (Redis)"
+        s = r["latency"]["latency"]
+        rows.append([cls.label, *cells, per_job, f"{s.p50_ms:.1f} / {s.p99_ms:.1f} ms"])
+    heads = ["system", "1 process x 16 jobs/s", "2 processes x 8 jobs/s",
+             "per job (1x16 / 2x8)", "idle latency p50 / p99"]
+    return markdown_table(heads, rows, "lrrrr")
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.peers.queue_pg_driver import QueuePg
-
     log = logger(args.quiet)
     out_dir = Path(args.out) if args.out else DEFAULT_OUT
-    seconds = float(args.seconds) * float(args.scale)
-    count = max(20, round(seconds * 2 * args.rate))
-    jobs = max(100, round(seconds * _JOBS_PER_SECOND_GUESS))
+    wanted = {s.strip() for s in args.systems.split(",") if s.strip()}
+    systems = [s for s in SYSTEMS if s.name in wanted]
+    if not systems:
+        raise SystemExit(f"--systems {args.systems!r}: none of " + ", ".join(
+            s.name for s in SYSTEMS))
     began = time.perf_counter()
-    with db.scratch_database(args.dsn, f"{args.database}_worker", keep=args.keep) as dsn:
-        install = QueuePg.install(dsn)
-        with db.connect(dsn) as conn:
-            machine = machine_info(conn)
-        latency = measure_latency(dsn, args.rate, count)
-        s: LatencySummary = latency["latency"]
-        log(f"worker latency (concurrency {LATENCY_CONCURRENCY}): p50 {s.p50_ms:.2f} ms"
-            f"  p99 {s.p99_ms:.2f} ms  max {s.max_ms:.2f} ms")
-        throughput = []
-        for c in CONCURRENCY:
-            r = measure_throughput(dsn, c, jobs)
-            throughput.append(r)
-            log(f"worker concurrency {c:>2}: {r['jobs_per_s'] or 0:,.0f} jobs/s ({r['jobs']} jobs)")
+    with db.connect(args.dsn) as conn:
+        machine = machine_info(conn)
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        for cls in systems:
+            results[cls.name] = run_system(cls, args, Path(tmp), log)
+    versions: dict[str, dict[str, Any]] = {}
+    for cls in systems:
+        try:
+            versions[cls.name] = {"label": cls.label, "version": cls.version(), "note": cls.note}
+        except Exception:
+            versions[cls.name] = {"label": cls.label, "version": None, "note": cls.note}
     result: dict[str, Any] = {
-        "scenario": RESULT_NAME,
-        "command": args.command_line,
-        "dsn": redact_dsn(args.dsn),
-        "machine": machine,
-        "parameters": {"rate": args.rate, "latency_tasks": count, "throughput_jobs": jobs,
-                       "concurrency": list(CONCURRENCY), "scale": args.scale},
-        "systems": {"queue_pg": {"version": QueuePg.version(), **install}},
-        "latency": latency,
-        "throughput": throughput,
+        "scenario": RESULT_NAME, "command": args.command_line, "dsn": redact_dsn(args.dsn),
+        "redis": args.redis, "machine": machine,
+        "parameters": {"jobs": args.jobs, "scale": args.scale, "rate": args.rate,
+                       "latency_jobs": args.latency_jobs, "runs": args.runs,
+                       "configs": [list(c) for c in CONFIGS],
+                       "shares": {c.name: c.share for c in systems}},
+        "systems": versions, "results": results,
         "elapsed_s": round(time.perf_counter() - began, 1),
     }
-    rows: list[list[object]] = [
-        [f"send → handler start, idle worker, concurrency {LATENCY_CONCURRENCY}",
-         f"p50 {s.p50_ms:.2f} ms, p99 {s.p99_ms:.2f} ms, max {s.max_ms:.2f} ms"]
-    ]
-    rows += [[f"no-op tasks, concurrency {r['concurrency']}",
-              f"{r['jobs_per_s'] or 0:,.0f} jobs/s ({r['jobs']:,} jobs)"] for r in throughput]
+    notes = [f"- {c.label}: {c.note}." for c in systems if c.note]
     md = "\n".join([
-        "### Worker: queue_pg.Worker running no-op tasks",
+        "### Worker: job runners side by side, no-op jobs",
         "",
-        f"Latency: {count} tasks enqueued with `Task.send` at {args.rate:g}/s to an idle worker"
-        " in another process; time from just before the send to the task function's start."
-        f" Throughput: {jobs:,} task messages filled first, then run by one worker process"
-        " (handler threads = concurrency); jobs over the time from first to last task start.",
+        "Each system through its own worker entry point with default settings but the"
+        " concurrency, running the same no-op job. Throughput: jobs filled first, then the"
+        " workers start; jobs over the time from the first handler start to the last"
+        f" ({args.jobs * args.scale:,.0f} jobs, fewer for the slow systems: "
+        + ", ".join(f"{c.label} x{c.share:g}" for c in systems if c.share != 1)
+        + f"; median of {args.runs} run(s)). Per job: PostgreSQL transactions committed in the"
+        " system's database and WAL bytes written by the whole server, from the workers' start"
+        f" to their exit. Idle latency: {args.latency_jobs * args.scale:,.0f} jobs sent one at"
+        f" a time at {args.rate:g}/s to idle workers (1 x 16), send to handler start.",
         "",
-        markdown_table(["measurement", "queue_pg"], rows, "lr"),
+        table(results),
+        "",
+        *notes,
         "",
         f"Machine: {machine_line(machine)}.",
         "",
         f"Reproduce: `{args.command_line}`",
     ])
-    paths = write_results(out_dir, RESULT_NAME, result, md)
-    from bench import chart
-
-    png = chart.latency_chart(
-        "worker: send to handler start",
-        {"queue_pg.Worker": {"p50": s.p50_ms, "p99": s.p99_ms, "max": s.max_ms}},
-        out_dir / f"{RESULT_NAME}.png",
-    )
-    if png:
-        paths.append(png)
-    for p in paths:
-        log(f"wrote {p}")
+    for path in write_results(out_dir, RESULT_NAME, result, md):
+        log(f"wrote {path}")
     return 0
 
 
 SCENARIO = Scenario(
     name="worker",
-    help="queue_pg.Worker: send-to-handler latency and no-op jobs/s at concurrency 1, 4, 16",
+    help="job runners (queue_pg, PgQueuer, Procrastinate, Celery, RQ): no-op jobs/s at"
+         " 1 x 16 and 2 x 8, transactions and WAL per job, idle latency",
     add_arguments=add_arguments,
     run=run,
 )

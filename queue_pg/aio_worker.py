@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from time import monotonic
 from typing import TYPE_CHECKING, TypeVar
 
 from queue_pg import joblog
@@ -23,7 +24,14 @@ from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
-from queue_pg.worker_loop import STOP_SIGNALS, WorkerBase, per_queue, resolve_task
+from queue_pg.worker_loop import (
+    GATHER,
+    STOP_SIGNALS,
+    WorkerBase,
+    gathered,
+    per_queue,
+    resolve_task,
+)
 
 if TYPE_CHECKING:
     from queue_pg.aio import AsyncClient
@@ -58,6 +66,11 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         self._running: dict[asyncio.Task[None], AsyncJob] = {}
         self._wake: asyncio.Event | None = None
         self._scheduler = Scheduler(self._registry, self.settings.queues)
+        self._flush_wake: asyncio.Event | None = None
+
+    def _acks_wake(self) -> None:
+        if self._flush_wake is not None:
+            self._flush_wake.set()
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` returns after the graceful stop. Call it in the loop."""
@@ -77,6 +90,9 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         await run_plan(self.client, ensure_queues(self._registry, self.queues))
         await run_plan(self.client, self._rounds.leases())
         self._wake = asyncio.Event()
+        self._flush_wake = asyncio.Event()
+        self._flushing = True
+        flusher = asyncio.create_task(self._flush_loop(), name="queue_pg-settle")
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if threading.current_thread() is threading.main_thread():
@@ -95,20 +111,30 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                     scheduling.cancel()
                 await self._drain()
         finally:
+            self._flushing = False
+            self._flush_wake.set()
+            await flusher
+            await self._settle_left()
             for sig in installed:
                 loop.remove_signal_handler(sig)
         logger.info("stopped: %s", self.stats.line())
 
     async def _loop(self) -> None:
         assert self._wake is not None
+        since = monotonic()
         while not self._stop_requested:
             free = self.settings.concurrency - len(self._running)
-            if free <= 0:
+            if free <= 0 or not gathered(free, self.settings.concurrency, since):
+                if free <= 0:
+                    since = monotonic()
                 self._wake.clear()
-                await self._wake.wait()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), None if free <= 0
+                                           else max(0.0, since + GATHER - monotonic()))
                 continue
             pause = await run_plan(self.client, self._rounds.round(
                 free, lambda: self._stop_requested, self._start))
+            since = monotonic()
             if pause:
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -123,6 +149,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = AsyncJob(self.client, message, self.settings.leases[message.queue])
+        job.lease_until = self._rounds.leased_at + job.lease
         task = asyncio.create_task(self._handle(job), name=f"queue_pg-job-{message.id}")
         self._running[task] = job
 
@@ -158,8 +185,30 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         joblog.finished(job, exc, at, self.job_log_level)
         ended.set()  # a beat in progress completes first: the settle below has the last word
         await beating
-        plan = settle(job, exc, self.settings.backoff_for(job))
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
         self.stats.add(await run_plan(self.client, plan))
+
+    async def _flush_loop(self) -> None:
+        """Delete finished jobs no receive carried, once due (see :mod:`queue_pg.acks`)."""
+        assert self._flush_wake is not None
+        while self._flushing:
+            due = self._acks.due()
+            self._flush_wake.clear()
+            if due is None or due > monotonic():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._flush_wake.wait(),
+                                           None if due is None else due - monotonic())
+                continue
+            await run_plan(self.client, self._acks.flush())
+
+    async def _settle_left(self) -> None:
+        """The stop's last flush, tried again for up to the grace period."""
+        deadline = monotonic() + self.settings.grace_period
+        done = await run_plan(self.client, self._acks.flush(everything=True))
+        while not done and monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            done = await run_plan(self.client, self._acks.flush(everything=True))
+        self._settled_at_stop(done)
 
     async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event) -> None:
         interval = self.settings.interval(job.queue)

@@ -28,6 +28,7 @@ from queue_pg.plans import ClientCall, Plan
 from queue_pg.types import JSON, Message
 
 if TYPE_CHECKING:
+    from queue_pg.acks import Acks
     from queue_pg.backoff import Backoff
 
 __all__ = [
@@ -89,12 +90,18 @@ def error_attributes(job: BaseJob, exc: BaseException) -> dict[str, JSON]:
     return {ERROR_KEY: error}
 
 
-def settle(job: BaseJob, exc: BaseException | None, backoff: Backoff) -> Plan[str]:
+def settle(
+    job: BaseJob, exc: BaseException | None, backoff: Backoff, acks: Acks | None = None
+) -> Plan[str]:
     """Settle the message as :func:`decide` says; returns the WorkerStats counter to add
-    ("" when it could not be settled: its lease brings it back)."""
+    ("" when it could not be settled: its lease brings it back). With ``acks``, a success is
+    deleted later, in a batch (:mod:`queue_pg.acks` counts it)."""
     action, reason = decide(job, exc)
     q, r = job.queue, job.receipt
     try:
+        if action is Action.DELETE and acks is not None:
+            acks.add(job)
+            return ""
         if action is Action.DELETE:
             if not (yield ClientCall("delete", (q, r))):
                 logger.warning("message %s expired before its delete", job.id)
@@ -164,7 +171,9 @@ class Beat(str, Enum):
 def beat(job: BaseJob) -> Plan[Beat]:
     """Renew the job's lease; cancel the job when that is refused."""
     try:
-        yield ClientCall("change_visibility", (job.queue, job.receipt, job.lease))
+        until = yield ClientCall("change_visibility", (job.queue, job.receipt, job.lease))
+        if isinstance(until, datetime):  # max_lease may have cut it short
+            job.extended(until)
         return Beat.KEPT
     except (StaleReceipt, MessageNotFound) as exc:
         job.cancel(LOST)

@@ -12,6 +12,9 @@ a consumer has to do by itself with leases:
 - a message that can never succeed (:class:`Reject`: an unknown task, arguments that do not fit,
   a body the client could not decode, a task's retries used up) is dead-lettered at once with
   the reason (``dead_letter``);
+- a job that succeeded is deleted in a batch: by the next receive of its queue (one statement
+  and one commit for the deletes and the next claim), else by a ``delete_batch`` a few
+  milliseconds later; a stale receipt is still reported per job (:mod:`queue_pg.acks`);
 - SIGTERM / SIGINT stop receiving, let running handlers finish within a grace period, and release
   what was received but not started; a second signal exits at once and leases bring the rest back.
 
@@ -42,9 +45,11 @@ from queue_pg.plans import Outcome, Plan
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
 from queue_pg.worker_loop import (
+    GATHER,
     STATUS_INTERVAL,
     STOP_SIGNALS,
     WorkerBase,
+    gathered,
     per_queue,
     resolve_task,
 )
@@ -59,6 +64,9 @@ __all__ = [
 logger = logging.getLogger("queue_pg.worker")
 
 R = TypeVar("R")
+#: Longest the heartbeat thread sleeps: a job whose first beat is further away than this does
+#: not need to wake it.
+BEAT_POLL = 0.5
 SyncHandler = Callable[[Job], object]
 
 
@@ -150,13 +158,19 @@ class Worker(WorkerBase["Client", SyncHandler]):
     # --- receiving --------------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        """Wait until a thread is free (or a stop); how many are."""
+        """Wait until a thread is free (or a stop), and a moment for more (see
+        :func:`gathered`); how many are."""
+        since = monotonic()
         with self._cond:
             while not self._stop_requested:
                 free = self.settings.concurrency - len(self._running)
-                if free > 0:
+                if free > 0 and gathered(free, self.settings.concurrency, since):
                     return free
-                self._cond.wait(0.1)
+                if free > 0:
+                    self._cond.wait(max(0.0, since + GATHER - monotonic()))
+                else:
+                    since = monotonic()
+                    self._cond.wait(0.1)
         return 0
 
     def _loop(self) -> None:
@@ -179,10 +193,12 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = Job(self.client, message, self.settings.leases[message.queue])
+        job.lease_until = self._rounds.leased_at + job.lease
         job.next_beat = job.started + self.settings.interval(message.queue)
         with self._cond:
             self._running.add(job)
-        self._beat_wake.set()
+        if job.next_beat < monotonic() + BEAT_POLL:  # else the heartbeat thread is up in time
+            self._beat_wake.set()
         self._inbox.put(job)
 
     def _schedule(self) -> None:
@@ -227,7 +243,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
                     job.beating = False
                 with self._cond:
                     self._running.discard(job)
-                    self._cond.notify_all()
+                    # the receive loop waits for the first free slot, then (timed) for the
+                    # rest: wake it for the first and the last, not for each job
+                    free = self.settings.concurrency - len(self._running)
+                    if free in (1, self.settings.concurrency):
+                        self._cond.notify_all()
 
     def _handle(self, job: Job) -> None:
         exc: BaseException | None = None
@@ -247,17 +267,28 @@ class Worker(WorkerBase["Client", SyncHandler]):
         joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
-        self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
+        self.stats.add(run_plan(self.client, plan))
 
     # --- heartbeat --------------------------------------------------------------------------------
 
+    def _acks_wake(self) -> None:
+        self._beat_wake.set()
+
     def _heartbeat(self) -> None:
-        """One thread renews every running job's lease when it is due."""
+        """One thread renews every running job's lease when it is due, and deletes finished
+        jobs no receive carried (see :mod:`queue_pg.acks`)."""
         while not self._closed:
             with self._cond:
                 jobs = list(self._running)
             now = monotonic()
-            due = now + 0.5
+            due = now + BEAT_POLL
+            flush_at = self._acks.due()
+            if flush_at is not None and now >= flush_at:
+                run_plan(self.client, self._acks.flush())
+                flush_at = self._acks.due()
+            if flush_at is not None:
+                due = min(due, flush_at)
             for job in jobs:
                 if job.deadline is not None and now >= job.deadline and job.beating:
                     job.cancel(TIMEOUT)
@@ -304,6 +335,12 @@ class Worker(WorkerBase["Client", SyncHandler]):
             job.cancel(SHUTDOWN)
             with job.lock:
                 job.beating = False
+        done = run_plan(self.client, self._acks.flush(everything=True))
+        while not done and monotonic() < deadline:
+            with self._cond:
+                self._cond.wait(0.2)
+            done = run_plan(self.client, self._acks.flush(everything=True))
+        self._settled_at_stop(done)
         if left:
             logger.warning("%d job(s) still running after the grace period (%s);"
                            " their leases bring the messages back",

@@ -16,6 +16,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from queue_pg import joblog, outage
+from queue_pg.acks import Acks
 from queue_pg.backoff import Backoff
 from queue_pg.errors import InvalidParameter, OverLimit, QueueNotFound
 from queue_pg.jobs import BaseJob, Reject
@@ -32,6 +33,7 @@ H = TypeVar("H")  # the handler
 
 __all__ = [
     "FATAL",
+    "GATHER",
     "IDLE_SLEEP",
     "LEASE_REFRESH",
     "POLL_SLICE",
@@ -41,6 +43,7 @@ __all__ = [
     "WorkerBase",
     "WorkerOptions",
     "WorkerStats",
+    "gathered",
     "per_queue",
     "resolve_task",
 ]
@@ -53,6 +56,9 @@ POLL_SLICE = 1.0
 #: Pause after an empty short poll (``wait=0``) and after a failed receive (doubling to 30 s,
 #: with jitter).
 IDLE_SLEEP = 0.25
+#: Longest a busy worker waits for the rest of its slots to free before it receives for those
+#: that are free (see :func:`gathered`): one receive for several jobs, not one each.
+GATHER = 0.002
 #: Seconds between status lines of a busy worker (logged only when something changed).
 STATUS_INTERVAL = 60.0
 #: How often a worker that uses its queues' own visibility_timeout reads it again, so an
@@ -155,6 +161,13 @@ class WorkerOptions:
         self.leases[queue] = lease
 
 
+def gathered(free: int, concurrency: int, since: float) -> bool:
+    """Whether a receive for ``free`` slots should go now: all slots are free (an idle worker
+    receives at once), or the running jobs have had :data:`GATHER` seconds since the first slot
+    freed (``since``) to finish too."""
+    return free >= concurrency or monotonic() - since >= GATHER
+
+
 def per_queue(values: Mapping[str, float]) -> str:
     """``30s``, or ``a 30s, b 60s`` when the queues differ."""
     distinct = set(values.values())
@@ -167,11 +180,16 @@ class Rounds:
     """The worker's receive rounds: each queue short-polled, the last one (turning, so none
     starves) long-polled for a slice; the leases read again every :data:`LEASE_REFRESH`."""
 
-    def __init__(self, options: WorkerOptions, stats: WorkerStats, what: str) -> None:
+    def __init__(
+        self, options: WorkerOptions, stats: WorkerStats, what: str, acks: Acks | None = None
+    ) -> None:
         self.options = options
         self.stats = stats
+        self.acks = acks
         self.turn = 0
         self.refresh_at = 0.0
+        #: time.monotonic() before the last receive: its leases end no earlier than this + lease
+        self.leased_at = 0.0
         # a lost server: warn once, retry with capped exponential backoff and jitter, say when
         # it works again
         self.outage = outage.Outage(logger, what, base=IDLE_SLEEP, cap=30.0)
@@ -185,6 +203,28 @@ class Rounds:
             else:
                 o.set_lease(q, (yield ClientCall("get_queue", (q,))).visibility_timeout)
         self.refresh_at = monotonic() + LEASE_REFRESH
+
+    def _receive(self, queue: str, n: int, wait: float) -> Plan[list[Message]]:
+        """One receive, carrying the deletes of finished jobs of ``queue`` that may ride."""
+        riders = self.acks.ride(queue) if self.acks is not None else []
+        kwargs: dict[str, Any] = {"visibility_timeout": self.options.leases[queue], "wait": wait}
+        if riders:
+            kwargs["delete"] = [j.receipt for j in riders]
+        self.leased_at = monotonic()
+        try:
+            messages: list[Message] = yield ClientCall("receive", (queue, n), kwargs)
+        except OverLimit as exc:  # a short poll on a queue at its in_flight_limit
+            self._rode(riders, exc)
+            return []
+        except BaseException as exc:
+            self._rode(riders, exc)
+            raise
+        self._rode(riders, None)
+        return messages
+
+    def _rode(self, riders: list[BaseJob], error: BaseException | None) -> None:
+        if self.acks is not None:
+            self.acks.rode(riders, error)
 
     def round(
         self, free: int, stopped: Callable[[], bool], start: Callable[[Message], Any]
@@ -202,12 +242,7 @@ class Rounds:
                 if stopped() or free == 0:
                     break
                 wait = min(o.wait, POLL_SLICE) if i == n - 1 else 0.0
-                try:
-                    messages = yield ClientCall(
-                        "receive", (queue, min(free, o.batch_size)),
-                        {"visibility_timeout": o.leases[queue], "wait": wait})
-                except OverLimit:  # a short poll on a queue at its in_flight_limit
-                    messages = []
+                messages = yield from self._receive(queue, min(free, o.batch_size), wait)
                 self.stats.add("received", len(messages))
                 if stopped():  # received after the stop: never started
                     self.stats.add("released", (yield from release(messages)))
@@ -277,12 +312,22 @@ class WorkerBase(Generic[C, H]):
         self._registry = handler if isinstance(handler, Registry) else None
         self._handler: H | None = None if isinstance(handler, Registry) else handler
         self.stats = WorkerStats()
-        self._rounds = Rounds(self.settings, self.stats, "worker")
+        self._acks = Acks(lambda: self._acks_wake(), self.stats.add)
+        self._rounds = Rounds(self.settings, self.stats, "worker", self._acks)
         self._stop_requested = False
         self._setup()
 
     def _setup(self) -> None:
         """The worker's own state (threads, tasks), made at the end of __init__."""
+
+    def _acks_wake(self) -> None:
+        """A finished job waits for its delete: make sure a flush is due (see Acks)."""
+
+    def _settled_at_stop(self, done: bool) -> None:
+        """After the last flush of a stop: say what could not be deleted."""
+        if not done:
+            logger.warning("%d finished job(s) could not be deleted before the stop; their"
+                           " leases bring them back (they run again)", len(self._acks))
 
     @property
     def queues(self) -> list[str]:

@@ -34,6 +34,7 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.timeout(300)  # every scenario; the worker one starts and stops its worker three times
 def test_all_smoke_writes_every_result_and_the_summary(server_dsn: str, tmp_path: Path) -> None:
     name = _db_name()
     rc = main([
@@ -61,9 +62,10 @@ def test_all_smoke_writes_every_result_and_the_summary(server_dsn: str, tmp_path
     assert summary["n"] == lat["parameters"]["messages"]
     assert 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
     wk = _load(tmp_path / "worker.json")
-    assert wk["latency"]["started"] == wk["latency"]["sent"]
-    assert [t["concurrency"] for t in wk["throughput"]] == [1, 4, 16]
-    assert all(t["jobs"] == wk["parameters"]["throughput_jobs"] for t in wk["throughput"])
+    ours = wk["results"]["queue_pg"]
+    assert ours["latency"]["started"] == ours["latency"]["sent"]
+    assert [(t["processes"], t["concurrency"]) for t in ours["throughput"]] == [(1, 16), (2, 8)]
+    assert all(t["jobs_per_s"] > 0 and t["xact_per_job"] > 0 for t in ours["throughput"])
     assert "ratios_leased_over_empty" in _load(tmp_path / "leased_head.json")
     cpu = _load(tmp_path / "client_cpu.json")
     assert [r["batch"] for r in cpu["results"]] == [1, 10, 100]
@@ -73,7 +75,7 @@ def test_all_smoke_writes_every_result_and_the_summary(server_dsn: str, tmp_path
                 "leased head", "client CPU µs per receive", "autovacuum"):
         assert row in text
     if importlib.util.find_spec("matplotlib") is not None:
-        for scenario in ("send", "cycle", "latency", "worker"):
+        for scenario in ("send", "cycle", "latency"):
             assert (tmp_path / f"{scenario}.png").read_bytes()[:4] == b"\x89PNG"
     # every scratch database is gone
     with psycopg.connect(server_dsn, autocommit=True) as conn:
@@ -151,3 +153,25 @@ def test_spark_smoke_enqueues_and_advises(server_dsn: str, tmp_path: Path) -> No
     assert data["results"]["enqueue"]["rows"] == 3000
     assert data["results"]["advisor_sql"]["same_advice"] is True
     assert "queue_pg.spark.enqueue" in (tmp_path / "spark.md").read_text()
+
+
+@pytest.mark.parametrize("system", ["pgqueuer", "procrastinate", "celery", "rq"])
+def test_worker_peer_runs_its_own_worker_entry_point(
+    system: str, server_dsn: str, tmp_path: Path
+) -> None:
+    from bench.worker_systems import DEFAULT_REDIS, SYSTEMS
+
+    cls = next(s for s in SYSTEMS if s.name == system)
+    missing = cls.missing(DEFAULT_REDIS)
+    if missing:
+        pytest.skip(f"n/a ({missing})")
+    pytest.importorskip(cls.distribution)
+    rc = main(["worker", "--dsn", server_dsn, "--systems", system, "--jobs", "1000",
+               "--scale", "0.1", "--latency-jobs", "50", "--out", str(tmp_path),
+               "--database", _db_name(), "--quiet"])
+    assert rc == 0
+    r = _load(tmp_path / "worker.json")["results"][system]
+    assert r["latency"]["started"] == r["latency"]["sent"]
+    assert all(t["jobs"] >= 20 and t["jobs_per_s"] > 0 for t in r["throughput"])
+    assert all(("xact_per_job" in t) == cls.postgres for t in r["throughput"])
+    assert cls.label in (tmp_path / "worker.md").read_text(encoding="utf-8")
