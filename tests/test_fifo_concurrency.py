@@ -156,3 +156,58 @@ def test_processes_keep_every_group_in_order_one_at_a_time(clean: str, workers: 
     with ctx.Pool(workers) as pool:
         tallies = pool.starmap(consume_in_process, [(clean, "fifo", 50 + i) for i in range(workers)])
     check(clean, tallies)
+
+
+def test_batches_over_many_groups_never_deadlock_with_deletes(clean: str) -> None:
+    """A send_batch locks its groups' rows in sorted order and a delete_batch locks the groups of
+    the heads it removes in the same order first: the two never wait on each other in a circle,
+    whatever order the receipts come in."""
+    import threading
+
+    import psycopg
+
+    from queue_pg import Client
+
+    groups = [f"g{i:02d}" for i in range(12)]
+    setup = Client(clean)
+    setup.create_queue("fd", fifo=True, visibility_timeout=30)
+    setup.send_batch("fd", [{"g": g} for g in groups], group=groups)
+    setup.close()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def sender() -> None:
+        c = Client(clean)
+        try:
+            while not stop.is_set():
+                c.send_batch("fd", [{"g": g} for g in groups], group=groups)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            c.close()
+
+    def deleter() -> None:
+        c = Client(clean)
+        try:
+            for _ in range(60):
+                got = c.receive("fd", 10)
+                # the receipts in the reverse order of their groups: the worst case for lock order
+                got.sort(key=lambda m: m.body["g"], reverse=True)
+                if got:
+                    c.delete_batch("fd", [m.receipt for m in got])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=sender) for _ in range(2)]
+    threads += [threading.Thread(target=deleter) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads[2:]:
+        t.join()
+    stop.set()
+    for t in threads[:2]:
+        t.join()
+    assert not [e for e in errors if isinstance(e, psycopg.errors.DeadlockDetected)], errors
+    assert errors == []

@@ -105,6 +105,17 @@ BEGIN
     SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
     FROM generate_series(1, cnt) u(i)
     LEFT JOIN queue_pg._parse_receipts(q.id, receipts, key) p ON p.i = u.i;
+    -- FIFO: the groups' rows locked first, in the order a send locks them (sql/api/32_fifo.sql),
+    -- so a batch over several groups and a send_batch into them never wait on each other in a
+    -- circle (the delete trigger moves each group on under its row lock)
+    IF q.fifo THEN
+        PERFORM 1 FROM queue_pg.fifo_groups f
+        WHERE f.queue_id = q.id
+          AND f.group_id IN (SELECT m.group_id FROM queue_pg.messages m
+                             WHERE m.id = ANY (ids) AND m.queue_id = q.id)
+        ORDER BY f.group_id
+        FOR UPDATE;
+    END IF;
     -- one statement deletes and writes the history rows (no message rows copied into arrays)
     WITH del AS (
         DELETE FROM queue_pg.messages t
