@@ -197,9 +197,13 @@ def test_in_flight_dead_letters_and_advice_pages(world: World, page: Any) -> Non
     # text from the database is shown as text: a hostile type and reason stay inert
     hostile = "<img src=x onerror=alert(1)>"
     with Client(world.owner_dsn, sweep_interval=None) as owner:
-        [m] = owner.receive("orders", wait=20)
-        owner.update("orders", m.receipt, attributes={"type": "<b>bold</b>"}, visibility_timeout=None)
-        owner.dead_letter("orders", m.receipt, reason=hostile)
+        # a queue of its own: the load's consumers may take any message of orders first
+        owner.create_queue("hostile-dlq")
+        owner.create_queue("hostile", dead_letter_queue="hostile-dlq", max_receive_count=5)
+        owner.send("hostile", {"n": 1}, attributes={"type": "invoice"})
+        [m] = owner.receive("hostile", wait=20)
+        owner.update("hostile", m.receipt, attributes={"type": "<b>bold</b>"}, visibility_timeout=None)
+        owner.dead_letter("hostile", m.receipt, reason=hostile)
     open_page(page, world.urls["owner"] + "dead-letters")
     page.wait_for_selector(f"#dead-letters tbody tr:has-text('{hostile}')")
     assert "<b>bold</b>" in page.locator(f"#dead-letters tbody tr:has-text('{hostile}')").inner_text()
