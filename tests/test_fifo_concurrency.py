@@ -181,7 +181,7 @@ def test_batches_over_many_groups_never_deadlock_with_deletes(clean: str) -> Non
         try:
             while not stop.is_set():
                 c.send_batch("fd", [{"g": g} for g in groups], group=groups)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:  # reported below
             errors.append(e)
         finally:
             c.close()
@@ -195,7 +195,7 @@ def test_batches_over_many_groups_never_deadlock_with_deletes(clean: str) -> Non
                 got.sort(key=lambda m: m.body["g"], reverse=True)
                 if got:
                     c.delete_batch("fd", [m.receipt for m in got])
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:  # reported below
             errors.append(e)
         finally:
             c.close()
