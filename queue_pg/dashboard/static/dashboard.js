@@ -341,7 +341,7 @@ async function start() {
     const logout = document.getElementById("logout");
     logout.hidden = false;
     logout.onclick = async () => {
-      await postJson("api/logout", {});
+      await (await postJson("api/logout", {})).json(); // read whole before the page goes
       location.reload();
     };
   }
@@ -358,8 +358,9 @@ function showLogin() {
     const r = await postJson("api/login", { role: document.getElementById("login-role").value,
                                             password: password.value });
     password.value = "";
+    const answer = await r.json();
     if (r.ok) { location.reload(); return; }
-    status((await r.json()).error || r.statusText, true);
+    status(answer.error || r.statusText, true);
   };
 }
 
