@@ -1,21 +1,30 @@
 """The dashboard's login mode over real HTTP against real PostgreSQL: each session runs as the
 role it logged in as, so the SQL functions' grants decide what it sees and does.
 
-The test server trusts local connections, so any password opens a LOGIN role there: these tests
-show that the session is the role named (``current_user``, the queues it sees); checking the
-password is the server's (pg_hba.conf), as for any client. Failures come from roles that may
-not log in (unknown, NOLOGIN) and from the dashboard's own refusals.
+The shared test server trusts local connections, so any password opens a LOGIN role there:
+most tests show that the session is the role named (``current_user``, the queues it sees).
+Checking the password is the server's (pg_hba.conf), as for any client: one test starts a
+server of its own (Debian's initdb) that wants scram-sha-256 passwords, and logs in wrongly and
+rightly there.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,6 +35,7 @@ from queue_pg import AccessDenied, Client
 from queue_pg.dashboard import Dashboard, Request, make_http_server
 from queue_pg.dashboard.adapters import WsgiApp
 from queue_pg.dashboard.sessions import FAILED, Refused, Sessions
+from queue_pg.install import migrate
 from tests.test_access import CONSUMER, MakeRole, Role, make_role  # noqa: F401
 
 PASSWORD = "s3cret-Pa55word"
@@ -244,3 +254,86 @@ def test_login_mode_stays_read_only_without_allow_actions(
     status, answer, _ = both.call("api/purge", {"queue": "jobs", "confirm": "jobs"})
     assert status == 401 and "token" in answer["error"]
     assert client.stats("jobs").visible == 3
+
+
+def _initdb() -> str | None:
+    found = shutil.which("initdb") or sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1:]
+    return found if isinstance(found, str) else (found[0] if found else None)
+
+
+@pytest.fixture(scope="module")
+def scram_server() -> Iterator[str]:
+    """A PostgreSQL server of this module's own whose pg_hba.conf wants scram-sha-256
+    passwords everywhere; its superuser's DSN (with password)."""
+    initdb = _initdb()
+    if initdb is None:
+        pytest.skip("needs initdb (Debian: postgresql)")
+    bindir = os.path.dirname(initdb)
+    home = tempfile.mkdtemp(prefix="queue_pg_scram_")
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: run the server as postgres
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(home, "postgres")
+    admin = "scram-" + os.urandom(8).hex()
+    with open(os.path.join(home, "pw"), "w") as f:
+        f.write(admin + "\n")
+    if as_user:
+        shutil.chown(os.path.join(home, "pw"), "postgres")
+    data = os.path.join(home, "data")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run([*as_user, initdb, "-D", data, "-U", "postgres", "-A", "scram-sha-256",
+                    f"--pwfile={home}/pw"], check=True, capture_output=True, timeout=120)
+    pg_ctl = [*as_user, os.path.join(bindir, "pg_ctl"), "-D", data]
+    subprocess.run([*pg_ctl, "-w", "-l", os.path.join(home, "log"), "-o",
+                    f"-p {port} -k {home} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        dsn = f"postgresql://postgres:{admin}@127.0.0.1:{port}/postgres"
+        migrate(dsn)
+        yield dsn
+    finally:
+        subprocess.run([*pg_ctl, "-w", "-m", "fast", "stop"], capture_output=True, timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_server_checks_the_password(scram_server: str, served: Any) -> None:
+    role = "qp_scram_viewer"
+    with psycopg.connect(scram_server, autocommit=True) as c:
+        c.execute(psql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE queue_pg_consumer").format(
+            psql.Identifier(role), psql.Literal(PASSWORD)))
+    with Client(scram_server, sweep_interval=None) as owner:
+        owner.create_queue("jobs")
+        owner.create_queue("secret")
+        owner.grant("jobs", role, "receive")
+    browser = Browser(served(Dashboard(scram_server, login=True)))
+    # a wrong password and an unknown role: the same answer (the DSN's own password is not used)
+    assert browser.login(role, PASSWORD + "x") == (401, {"error": FAILED, "login": True})
+    assert browser.login("qp_no_such_role") == (401, {"error": FAILED, "login": True})
+    status, answer = browser.login(role)
+    assert (status, answer["user"]) == (200, role)
+    assert [s["queue"] for s in browser.call("api/overview")[1]["stats"]] == ["jobs"]
+
+
+def test_cli_login_mode_needs_no_token(clean: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "QUEUE_PG_DASHBOARD_TOKEN"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+         "dashboard", "--login", "--allow-actions", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = ""
+        while "dashboard at" not in line:
+            line = proc.stdout.readline()
+            assert line, "the dashboard ended before it listened"
+        assert "actions enabled (a login required)" in line, line
+        assert "logs in as a PostgreSQL role" in line
+        url = line.split("dashboard at ")[1].split()[0]
+        status, answer, _ = Browser(url).call("api/overview")
+        assert (status, answer["login"]) == (401, True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
