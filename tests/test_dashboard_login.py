@@ -212,6 +212,20 @@ def test_sessions_are_bounded_and_end_when_idle(clean: str, roles: dict[str, Rol
         sessions.close()
 
 
+def test_idle_sessions_end_without_a_request(clean: str, roles: dict[str, Role]) -> None:
+    sessions = Sessions(clean, idle_timeout=0.01)  # its thread looks every second
+    try:
+        session = sessions.login(roles["viewer"].name, PASSWORD, "127.0.0.1")
+        deadline = time.monotonic() + 60  # a bound for a loaded machine, not a measure
+        while len(sessions) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sessions) == 0
+        with pytest.raises(psycopg.OperationalError):
+            session.client.list_queues()
+    finally:
+        sessions.close()
+
+
 def test_the_cookie_is_http_only_strict_and_under_the_mount(
     clean: str, roles: dict[str, Role], client: Client
 ) -> None:

@@ -27,6 +27,7 @@ __all__ = ["Refused", "Session", "Sessions"]
 FAILED = "login failed: wrong role name or password, or the role may not log in"
 MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1
 MAX_ADDRESSES = 4096  # addresses whose failures are remembered at once
+MAX_PENDING = 4  # logins connecting at once: a flood of guesses cannot flood the server
 
 
 class Refused(Exception):
@@ -50,8 +51,8 @@ class Session:
 
 class Sessions:
     """The sessions of one dashboard, at most ``max_sessions``, each closed after
-    ``idle_timeout`` seconds unused; at most ``max_failures`` failed logins per client address
-    in ``failure_window`` seconds."""
+    ``idle_timeout`` seconds unused (by a daemon thread, or the next request); at most
+    ``max_failures`` failed logins per client address in ``failure_window`` seconds."""
 
     def __init__(self, dsn: str, *, max_sessions: int = 32, idle_timeout: float = 900.0,
                  max_failures: int = 5, failure_window: float = 60.0) -> None:
@@ -63,6 +64,10 @@ class Sessions:
         self._sessions: dict[str, Session] = {}
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self._closed = threading.Event()
+        threading.Thread(target=self._reaper, name="queue_pg-dashboard-sessions",
+                         daemon=True).start()
 
     def login(self, role: str, password: str, address: str) -> Session:
         """A new session connected as ``role``; Refused (401, 429 or 503) otherwise."""
@@ -74,6 +79,8 @@ class Sessions:
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise Refused(503, f"{self.max_sessions} sessions are open: try again later")
+        if not self._pending.acquire(blocking=False):
+            raise Refused(503, "other logins are being checked: try again in a moment")
         conninfo = make_conninfo(self._dsn, user=role, password=password)
         try:
             with psycopg.connect(conninfo, connect_timeout=10) as conn:
@@ -81,6 +88,8 @@ class Sessions:
             client = Client(conninfo, sweep_interval=None, min_size=1, max_size=2)
         except (psycopg.Error, QueueError):  # all failures answer alike; nothing is logged
             self._failed(address)
+        finally:
+            self._pending.release()
         assert row is not None
         session = Session(str(row[0]), client)
         with self._lock:
@@ -106,7 +115,8 @@ class Sessions:
         session.client.close()
 
     def close(self) -> None:
-        """Ends every session."""
+        """Ends every session, and the thread that ends the idle ones."""
+        self._closed.set()
         with self._lock:
             ended = list(self._sessions.values())
             self._sessions.clear()
@@ -116,6 +126,10 @@ class Sessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)
+
+    def _reaper(self) -> None:
+        while not self._closed.wait(min(60.0, max(self.idle_timeout / 2, 1.0))):
+            self._reap()
 
     def _reap(self) -> None:
         now = monotonic()
