@@ -253,6 +253,24 @@ def test_the_cookie_is_http_only_strict_and_under_the_mount(
         Dashboard(client, login=True)
 
 
+def test_login_through_asgi_under_a_prefix(clean: str, roles: dict[str, Role]) -> None:
+    from tests.test_dashboard import asgi_call
+
+    board = Dashboard(clean, login=True)
+    try:
+        body = json.dumps({"role": roles["viewer"].name, "password": PASSWORD}).encode()
+        status, headers, answer = asgi_call(board.asgi, "POST", "/api/login", "/ops", body,
+                                            [(b"content-type", b"application/json")])
+        assert (status, json.loads(answer)["user"]) == (200, roles["viewer"].name)
+        cookie = headers[b"Set-Cookie"].decode()
+        assert "; Path=/ops/; HttpOnly; SameSite=Strict" in cookie and "Secure" not in cookie
+        status, _, answer = asgi_call(board.asgi, "GET", "/api/overview", "/ops", b"",
+                                      [(b"cookie", cookie.split(";")[0].encode())])
+        assert [s["queue"] for s in json.loads(answer)["stats"]] == ["jobs"]
+    finally:
+        board.close()
+
+
 def test_login_mode_stays_read_only_without_allow_actions(
     clean: str, roles: dict[str, Role], served: Any, client: Client
 ) -> None:
