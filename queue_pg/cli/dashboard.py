@@ -23,22 +23,29 @@ __all__ = ["COMMANDS", "dashboard"]
 @click.option("--token", envvar="QUEUE_PG_DASHBOARD_TOKEN", metavar="TOKEN",
               help="The token actions need. Default: $QUEUE_PG_DASHBOARD_TOKEN (better than the"
                    " command line, which other users of the machine can read).")
+@click.option("--login", is_flag=True,
+              help="Each browser logs in as a PostgreSQL role and sees and does what its grants"
+                   " allow; the DSN only names the server.")
 @click.option("--refresh", default=5.0, show_default=True, type=click.FloatRange(1, 3600),
               help="How often the pages poll, in seconds.")
 @pass_state
 def dashboard(state: CliState, host: str, port: int, allow_actions: bool, token: str | None,
-              refresh: float) -> None:
+              login: bool, refresh: float) -> None:
     """Serve the web dashboard: charts of the last hour, the timeout advice, the messages in
-    flight, the dead letters. Read-only unless --allow-actions and a token are given; what it
-    shows and may do is what the role of the DSN may."""
+    flight, the dead letters. Read-only unless --allow-actions and a token (or --login) are
+    given; what it shows and may do is what the role of the DSN may, or with --login, what the
+    role a browser logged in as may."""
     from queue_pg.dashboard import Dashboard, serve
 
-    if allow_actions and not token:
-        fail("--allow-actions needs a token: set QUEUE_PG_DASHBOARD_TOKEN (or --token)")
+    if allow_actions and not token and not login:
+        fail("--allow-actions needs a token (set QUEUE_PG_DASHBOARD_TOKEN or --token) or --login")
     psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails now, in one line
     board = Dashboard(state.dsn, actions=allow_actions, token=token if allow_actions else None,
-                      refresh=refresh)
-    mode = "actions enabled (token required)" if allow_actions else "read-only"
+                      refresh=refresh, login=login)
+    need = " and ".join(n for n, on in (("a login", login), ("the token", bool(token))) if on)
+    mode = f"actions enabled ({need} required)" if allow_actions else "read-only"
+    if login:
+        mode += "; each browser logs in as a PostgreSQL role"
 
     def ready(url: str) -> None:
         err().print(f"dashboard at {escape(url)} ({mode}); Ctrl-C stops it", soft_wrap=True)

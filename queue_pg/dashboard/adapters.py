@@ -54,7 +54,9 @@ class WsgiApp:
             body = environ["wsgi.input"].read(length) if length > 0 else b""
             response = self.dashboard.handle(Request(
                 environ.get("REQUEST_METHOD", "GET"), path.lstrip("/"),
-                dict(parse_qsl(environ.get("QUERY_STRING", ""))), headers, body))
+                dict(parse_qsl(environ.get("QUERY_STRING", ""))), headers, body,
+                address=environ.get("REMOTE_ADDR", ""), root=environ.get("SCRIPT_NAME", ""),
+                https=environ.get("wsgi.url_scheme") == "https"))
         reason = {200: "OK", 308: "Permanent Redirect"}.get(response.status, "Error")
         start_response(f"{response.status} {reason}", response.all_headers())
         return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [response.body]
@@ -95,7 +97,9 @@ class AsgiApp:
                        for k, v in scope.get("headers", [])}
             request = Request(scope["method"], path.lstrip("/"),
                               dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))),
-                              headers, body[: MAX_BODY + 1])
+                              headers, body[: MAX_BODY + 1],
+                              address=(scope.get("client") or ("",))[0], root=root,
+                              https=scope.get("scheme") == "https")
             response = await asyncio.to_thread(self.dashboard.handle, request)
         await send({"type": "http.response.start", "status": response.status,
                     "headers": [(k.encode("latin-1"), v.encode("latin-1"))

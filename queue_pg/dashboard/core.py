@@ -3,8 +3,10 @@
 Framework-free on purpose, so the same object serves ``queue-pg dashboard`` and mounts in any
 WSGI or ASGI application (:mod:`queue_pg.dashboard.adapters`). Every figure comes from a SQL
 function or view through :class:`queue_pg.Client`; nothing here computes one. What a request
-may see and do is what the role of the DSN may (the SQL functions check); the actions are
-refused unless the dashboard was made with ``actions=True`` and a token the request carries.
+may see and do is what the role of the DSN may (the SQL functions check) or, in login mode,
+what the role a browser logged in as may (:mod:`queue_pg.dashboard.sessions`); the actions are
+refused unless the dashboard was made with ``actions=True`` and the request carries the token
+or, in login mode, its session's CSRF token.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from http.cookies import CookieError, SimpleCookie
 from importlib import resources
 from typing import Any
 
 from queue_pg.client import Client
+from queue_pg.dashboard.sessions import Refused, Session, Sessions
 from queue_pg.errors import (
     AccessDenied,
     InvalidParameter,
@@ -50,6 +54,7 @@ SECURITY_HEADERS = (
 STATUS = {QueueNotFound: 404, AccessDenied: 403, InvalidParameter: 400, ServerUnavailable: 503,
           SchemaMissing: 503}
 MAX_BODY = 4096
+COOKIE = "queue_pg_session"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class Request:
     query: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
+    address: str = ""  # the client's IP address: failed logins are counted per address
+    root: str = ""  # where the dashboard is mounted ("" at the root): the session cookie's path
+    https: bool = False  # the session cookie is then Secure
 
 
 @dataclass(frozen=True)
@@ -73,18 +81,14 @@ class Response:
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
 
+    def with_headers(self, headers: tuple[tuple[str, str], ...]) -> Response:
+        """The same response with more headers."""
+        return dataclasses.replace(self, headers=self.headers + headers)
+
     def all_headers(self) -> list[tuple[str, str]]:
         """Content type and length, the security headers every answer carries, then its own."""
         return [("Content-Type", self.content_type), ("Content-Length", str(len(self.body))),
                 *SECURITY_HEADERS, *self.headers]
-
-
-class Refused(Exception):
-    """A request the dashboard answers with ``status`` and the message, before any SQL."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _plain(value: Any) -> Any:
@@ -117,40 +121,56 @@ class Dashboard:
     ``source`` is a DSN or a :class:`queue_pg.Client` (kept open by its owner). ``actions``
     and a non-empty ``token`` together enable purge and redrive; requests must carry the token
     (``Authorization: Bearer <token>``). ``refresh`` is how often the pages poll, in seconds.
+
+    ``login=True`` (``source`` a DSN): a browser logs in with a PostgreSQL role and password,
+    and its requests run as that role on a client of its session (at most ``max_sessions``,
+    closed after ``idle_timeout`` idle seconds); the DSN's own role reads nothing. Actions then
+    need the session's CSRF token instead of ``token`` (and ``token`` too, if one is given).
     Call :meth:`handle`, or mount :attr:`wsgi` / :attr:`asgi`.
     """
 
     def __init__(self, source: str | Client, *, actions: bool = False, token: str | None = None,
-                 refresh: float = 5.0) -> None:
-        if actions and not token:
+                 refresh: float = 5.0, login: bool = False, max_sessions: int = 32,
+                 idle_timeout: float = 900.0) -> None:
+        if actions and not token and not login:
             raise ValueError("actions need a token: pass token= (a long random string)")
-        self._owns_client = isinstance(source, str)
+        self.sessions: Sessions | None = None
+        if login:
+            if not isinstance(source, str):
+                raise ValueError("login mode needs a DSN: each session connects as its role")
+            self.sessions = Sessions(source, max_sessions=max_sessions,
+                                     idle_timeout=idle_timeout)
+        self._owns_client = isinstance(source, str) and not login
         # No sweep of its own: a dashboard only reads; the applications' clients take samples.
-        self.client = Client(source, sweep_interval=None) if isinstance(source, str) else source
+        self.client: Client | None = (
+            None if login else Client(source, sweep_interval=None) if isinstance(source, str)
+            else source)
         self.actions = actions
         self._token = (token or "").encode()
         self.refresh = refresh
-        self._get: dict[str, Callable[[Request], Any]] = {
-            "api/config": lambda r: {"actions": self.actions, "refresh": self.refresh},
-            "api/overview": self._overview,
-            "api/history": lambda r: self.client.queue_history(
+        Get = Callable[[Request, Client], Any]
+        self._get: dict[str, Get] = {
+            "api/overview": lambda r, c: _overview(c),
+            "api/history": lambda r, c: c.queue_history(
                 r.query.get("queue") or None, seconds=_seconds(r.query.get("seconds"))),
             # the pages show the first rows: `limit` (default 501, at most 10,000) keeps the
             # JSON of a poll small however many messages are leased or dead
-            "api/in-flight": lambda r: self.client.in_flight(
+            "api/in-flight": lambda r, c: c.in_flight(
                 r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
-            "api/dead-letters": lambda r: self.client.dead_letters(
+            "api/dead-letters": lambda r, c: c.dead_letters(
                 r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
-            "api/advice": lambda r: self.client.timeout_advice(r.query.get("queue") or None),
+            "api/advice": lambda r, c: c.timeout_advice(r.query.get("queue") or None),
         }
-        self._post: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "api/purge": self._purge, "api/redrive": self._redrive,
+        self._post: dict[str, Callable[[dict[str, Any], Client], Any]] = {
+            "api/purge": _purge, "api/redrive": _redrive,
         }
 
     def close(self) -> None:
-        """Closes the client when the dashboard made it."""
-        if self._owns_client:
+        """Closes the client when the dashboard made it, and every session's."""
+        if self._owns_client and self.client is not None:
             self.client.close()
+        if self.sessions is not None:
+            self.sessions.close()
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -159,7 +179,10 @@ class Dashboard:
         try:
             return self._route(request)
         except Refused as exc:
-            return _json(exc.status, {"error": str(exc)})
+            answer: dict[str, Any] = {"error": str(exc)}
+            if self.sessions is not None and exc.status == 401:
+                answer["login"] = True  # the page shows its login form
+            return _json(exc.status, answer)
         except QueueError as exc:
             status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
             return _json(status, {"error": str(exc), "type": type(exc).__name__})
@@ -174,60 +197,76 @@ class Dashboard:
             if r.path.startswith("static/") and name in STATIC:
                 return Response(200, STATIC[name], _asset(name),
                                 (("Cache-Control", "max-age=300"),))
+            if r.path == "api/config":
+                return _json(200, self._config(r))
             if r.path in self._get:
-                return _json(200, self._get[r.path](r))
+                return _json(200, self._get[r.path](r, self._client(r)))
             raise Refused(404, f"no page {r.path!r}")
+        if r.method == "POST" and self.sessions is not None:
+            if r.path == "api/login":
+                return self._login(r, self.sessions)
+            if r.path == "api/logout":
+                session = self._session(r)
+                self._check_csrf(r, session)
+                self.sessions.logout(session)
+                return _json(200, {"user": None}).with_headers(_cookie(r, "", 0))
         if r.method == "POST" and r.path in self._post:
-            return _json(200, self._post[r.path](self._authorized(r)))
+            body = self._authorized(r)
+            return _json(200, self._post[r.path](body, self._client(r)))
         raise Refused(405 if r.path in self._post or r.path in self._get else 404,
                       f"{r.method} {r.path!r} is not served")
 
+    def _config(self, r: Request) -> dict[str, Any]:
+        config: dict[str, Any] = {"actions": self.actions, "refresh": self.refresh}
+        if self.sessions is not None:
+            session = self.sessions.get(_session_id(r))
+            config.update(login=True, token=bool(self._token),
+                          user=session.user if session else None,
+                          csrf=session.csrf if session else None)
+        return config
+
+    def _session(self, r: Request) -> Session:
+        assert self.sessions is not None
+        session = self.sessions.get(_session_id(r))
+        if session is None:
+            raise Refused(401, "log in first (or again: the session ended)")
+        return session
+
+    def _client(self, r: Request) -> Client:
+        """The client a request runs on: its session's in login mode, else the dashboard's."""
+        if self.sessions is not None:
+            return self._session(r).client
+        assert self.client is not None
+        return self.client
+
+    def _login(self, r: Request, sessions: Sessions) -> Response:
+        body = _json_body(r)
+        role, password = body.get("role"), body.get("password")
+        if not isinstance(role, str) or not isinstance(password, str):
+            raise Refused(400, "login takes a JSON object with role and password (strings)")
+        session = sessions.login(role, password, r.address)
+        return _json(200, {"user": session.user, "csrf": session.csrf}).with_headers(
+            _cookie(r, session.id, None))
+
+    def _check_csrf(self, r: Request, session: Session) -> None:
+        given = r.headers.get("x-csrf-token", "").encode()
+        if not hmac.compare_digest(given, session.csrf.encode()):
+            raise Refused(403, "wrong or missing CSRF token (X-CSRF-Token)")
+
     def _authorized(self, r: Request) -> dict[str, Any]:
-        """The JSON body of an action, once the dashboard allows actions and the token is right.
-        The token travels in a header a cross-site form cannot set, so it also stops CSRF."""
+        """The JSON body of an action, once the dashboard allows actions and the token (or, in
+        login mode, the session's CSRF token) is right. Either travels in a header a
+        cross-site form cannot set, so it also stops CSRF."""
         if not self.actions:
             raise Refused(403, "this dashboard is read-only: start it with --allow-actions "
                                "and a token to purge or redrive")
-        given = r.headers.get("authorization", "").removeprefix("Bearer ").encode()
-        if not hmac.compare_digest(given, self._token):
-            raise Refused(401, "wrong or missing token (Authorization: Bearer <token>)")
-        if not r.headers.get("content-type", "").startswith("application/json"):
-            raise Refused(415, "actions take a JSON body (Content-Type: application/json)")
-        if len(r.body) > MAX_BODY:
-            raise Refused(413, f"a body of at most {MAX_BODY} bytes")
-        try:
-            body = json.loads(r.body)
-        except ValueError as exc:
-            raise Refused(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise Refused(400, "the body is a JSON object")
-        return body
-
-    # --- what the pages read and do ---------------------------------------------------------
-
-    def _overview(self, r: Request) -> dict[str, Any]:
-        stats = self.client.queue_health()
-        # list_queues names every queue to any member of the group roles; show the settings of
-        # the queues queue_stats shows this role (those it has a grant on), no others
-        seen = {s.queue for s in stats}
-        return {
-            "stats": stats,
-            "queues": [{"name": q.name, "dead_letter_queue": q.dead_letter_queue,
-                        "visibility_timeout": q.visibility_timeout}
-                       for q in self.client.list_queues() if q.name in seen],
-        }
-
-    def _purge(self, body: dict[str, Any]) -> dict[str, Any]:
-        queue = _text(body, "queue")
-        if body.get("confirm") != queue:
-            raise Refused(400, "purge needs confirm: the name of the queue, typed again")
-        return {"queue": queue, "purged": self.client.purge(queue)}
-
-    def _redrive(self, body: dict[str, Any]) -> dict[str, Any]:
-        dlq = _text(body, "dlq")
-        if body.get("confirm") != dlq:
-            raise Refused(400, "redrive needs confirm: the name of the dead-letter queue again")
-        return {"dlq": dlq, "redriven": self.client.redrive(dlq)}
+        if self.sessions is not None:
+            self._check_csrf(r, self._session(r))
+        if self._token or self.sessions is None:
+            given = r.headers.get("authorization", "").removeprefix("Bearer ").encode()
+            if not hmac.compare_digest(given, self._token):
+                raise Refused(401, "wrong or missing token (Authorization: Bearer <token>)")
+        return _json_body(r)
 
     # --- mounting ---------------------------------------------------------------------------
 
@@ -244,6 +283,68 @@ class Dashboard:
         from queue_pg.dashboard.adapters import AsgiApp
 
         return AsgiApp(self)
+
+
+def _json_body(r: Request) -> dict[str, Any]:
+    """The JSON object a POST carries: a cross-site form can send no such body unasked."""
+    if not r.headers.get("content-type", "").startswith("application/json"):
+        raise Refused(415, "a POST takes a JSON body (Content-Type: application/json)")
+    if len(r.body) > MAX_BODY:
+        raise Refused(413, f"a body of at most {MAX_BODY} bytes")
+    try:
+        body = json.loads(r.body)
+    except ValueError as exc:
+        raise Refused(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise Refused(400, "the body is a JSON object")
+    return body
+
+
+def _session_id(r: Request) -> str | None:
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(r.headers.get("cookie", ""))
+    except CookieError:
+        return None
+    morsel = cookies.get(COOKIE)
+    return morsel.value if morsel else None
+
+
+def _cookie(r: Request, value: str, max_age: int | None) -> tuple[tuple[str, str], ...]:
+    """The session cookie: scripts cannot read it, other sites' requests do not carry it."""
+    parts = [f"{COOKIE}={value}", f"Path={r.root}/", "HttpOnly", "SameSite=Strict"]
+    if max_age is not None:
+        parts.append(f"Max-Age={max_age}")
+    if r.https:
+        parts.append("Secure")
+    return (("Set-Cookie", "; ".join(parts)),)
+
+
+def _overview(client: Client) -> dict[str, Any]:
+    stats = client.queue_health()
+    # list_queues names every queue to any member of the group roles; show the settings of
+    # the queues queue_stats shows this role (those it has a grant on), no others
+    seen = {s.queue for s in stats}
+    return {
+        "stats": stats,
+        "queues": [{"name": q.name, "dead_letter_queue": q.dead_letter_queue,
+                    "visibility_timeout": q.visibility_timeout}
+                   for q in client.list_queues() if q.name in seen],
+    }
+
+
+def _purge(body: dict[str, Any], client: Client) -> dict[str, Any]:
+    queue = _text(body, "queue")
+    if body.get("confirm") != queue:
+        raise Refused(400, "purge needs confirm: the name of the queue, typed again")
+    return {"queue": queue, "purged": client.purge(queue)}
+
+
+def _redrive(body: dict[str, Any], client: Client) -> dict[str, Any]:
+    dlq = _text(body, "dlq")
+    if body.get("confirm") != dlq:
+        raise Refused(400, "redrive needs confirm: the name of the dead-letter queue again")
+    return {"dlq": dlq, "redriven": client.redrive(dlq)}
 
 
 def _text(body: dict[str, Any], key: str) -> str:

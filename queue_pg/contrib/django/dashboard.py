@@ -7,8 +7,9 @@
 
 Django's own login does not guard it: wrap the view
 (``dashboard_urls(board, wrap=staff_member_required)``) to let only staff in. Actions keep
-needing the dashboard's token: a request without it (a cross-site form among them) is refused,
-which is why the view is exempt from Django's CSRF check.
+needing the dashboard's token (or, with ``login=True``, its session's CSRF token): a request
+without it (a cross-site form among them) is refused, which is why the view is exempt from
+Django's CSRF check.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def dashboard_urls(dashboard: Dashboard, wrap: Callable[[View], View] | None = N
     @csrf_exempt
     def view(request: HttpRequest, rest: str) -> HttpResponse:
         headers = {k.lower(): v for k, v in request.headers.items()}
+        root = request.path[: len(request.path) - len(rest)].rstrip("/")
         answer = dashboard.handle(Request(request.method or "GET", rest, request.GET.dict(),
-                                          headers, request.body))
+                                          headers, request.body,
+                                          address=request.META.get("REMOTE_ADDR", ""),
+                                          root=root, https=request.is_secure()))
         response = HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
         for name, value in answer.all_headers():
             if name not in ("Content-Type", "Content-Length"):

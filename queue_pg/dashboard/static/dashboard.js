@@ -26,8 +26,22 @@ function el(tag, attrs, ...children) {
 async function getJson(url) {
   const r = await fetch(url, { headers: { Accept: "application/json" } });
   const body = await r.json();
+  if (r.status === 401 && body.login) location.reload(); // the session ended: log in again
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
+}
+
+// Login mode: a POST of the session carries its CSRF token; the session cookie goes by itself.
+async function postJson(url, body) {
+  const headers = { "Content-Type": "application/json" };
+  if (config.csrf) headers["X-CSRF-Token"] = config.csrf;
+  if (needsToken()) headers.Authorization = "Bearer " + (sessionStorage.getItem("queue_pg_token") || "");
+  return fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+}
+
+// The bearer token is asked for unless a login session replaces it.
+function needsToken() {
+  return !config.login || Boolean(config.token);
 }
 
 function param(name) {
@@ -182,7 +196,7 @@ function confirmAction(text, name) {
   const ok = document.getElementById("confirm-ok");
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-name").textContent = name;
-  document.getElementById("token-label").hidden = Boolean(sessionStorage.getItem("queue_pg_token"));
+  document.getElementById("token-label").hidden = !needsToken() || Boolean(sessionStorage.getItem("queue_pg_token"));
   input.value = "";
   token.value = "";
   ok.disabled = true;
@@ -198,12 +212,7 @@ function confirmAction(text, name) {
 }
 
 async function act(action, body, done) {
-  const r = await fetch("api/" + action, {
-    method: "POST",
-    headers: { "Content-Type": "application/json",
-               Authorization: "Bearer " + (sessionStorage.getItem("queue_pg_token") || "") },
-    body: JSON.stringify(body),
-  });
+  const r = await postJson("api/" + action, body);
   const answer = await r.json();
   if (r.status === 401) sessionStorage.removeItem("queue_pg_token");
   if (!r.ok) throw new Error(answer.error || r.statusText);
@@ -321,7 +330,38 @@ async function start() {
     status("Could not load: " + e.message, true);
   }
   document.getElementById("mode").textContent = config.actions ? "actions enabled" : "read-only";
+  if (config.login && !config.user) {
+    showLogin();
+    return;
+  }
+  if (config.login) {
+    const user = document.getElementById("user");
+    user.textContent = "role " + config.user;
+    user.hidden = false;
+    const logout = document.getElementById("logout");
+    logout.hidden = false;
+    logout.onclick = async () => {
+      await (await postJson("api/logout", {})).json(); // read whole before the page goes
+      location.reload();
+    };
+  }
   await loop();
+}
+
+function showLogin() {
+  const form = document.getElementById("login");
+  form.hidden = false;
+  document.getElementById("login-role").focus();
+  form.onsubmit = async (event) => {
+    event.preventDefault();
+    const password = document.getElementById("login-password");
+    const r = await postJson("api/login", { role: document.getElementById("login-role").value,
+                                            password: password.value });
+    password.value = "";
+    const answer = await r.json();
+    if (r.ok) { location.reload(); return; }
+    status(answer.error || r.statusText, true);
+  };
 }
 
 start();
