@@ -1,0 +1,140 @@
+"""The ASGI app: SQS's JSON protocol (``X-Amz-Target: AmazonSQS.<Action>``) over queue_pg.
+
+Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
+then runs as the key's PostgreSQL role, through a client whose connections start with
+``role=<that role>`` (one small pool per role, made on first use): queue_pg's own grants decide
+what it may do. ``auth=False`` runs every request as the DSN's user, for local development.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from psycopg import conninfo
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from queue_pg.aio import AsyncClient
+from queue_pg.errors import QueueError, translate
+from queue_pg.sqs import actions, sigv4
+from queue_pg.sqs.errors import describe
+
+logger = logging.getLogger("queue_pg.sqs")
+CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS."
+
+
+def role_dsn(dsn: str, role: str) -> str:
+    """``dsn`` whose sessions start as ``role`` (libpq options; spaces and backslashes escaped)."""
+    params = conninfo.conninfo_to_dict(dsn)
+    escaped = role.replace("\\", "\\\\").replace(" ", "\\ ")
+    params["options"] = f"{params.get('options') or ''} -c role={escaped}".strip()
+    return conninfo.make_conninfo("", **params)
+
+
+class Endpoint:
+    """The app's state: the owner's connection for key look-ups and a client per role."""
+
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 4) -> None:
+        self.dsn = dsn
+        self.auth = auth
+        self.pool_size = pool_size
+        self._clients: dict[str | None, AsyncClient] = {}
+        self._keys: AsyncConnectionPool[Any] | None = None
+
+    def client(self, role: str | None) -> AsyncClient:
+        if role not in self._clients:
+            dsn = self.dsn if role is None else role_dsn(self.dsn, role)
+            self._clients[role] = AsyncClient(dsn, min_size=0, max_size=self.pool_size)
+        return self._clients[role]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        if self._keys is not None:
+            await self._keys.close()
+            self._keys = None
+
+    async def role_of(self, request: Request, body: bytes) -> str | None:
+        """The role the request runs as; SignatureError when it is not signed by a live key."""
+        if not self.auth:
+            return None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        cred = sigv4.parse(headers.get("authorization"))
+        if self._keys is None:
+            self._keys = AsyncConnectionPool(self.dsn, min_size=1, max_size=2, open=False,
+                                             kwargs={"autocommit": True})
+            await self._keys.open()
+        async with self._keys.connection() as conn:
+            with translate():
+                row = await (await conn.execute(
+                    "SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [cred.access_key]
+                )).fetchone()
+        if row is None:
+            raise sigv4.SignatureError("InvalidClientTokenId",
+                                       "The security token included in the request is invalid.")
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        query = [(k, v) for k, v in request.query_params.multi_items()]
+        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), query, headers,
+                     body)
+        return str(row[1])
+
+
+def _error(err: Exception) -> Response:
+    code, status, query_code, sender = describe(err)
+    if status >= 500:
+        logger.exception("queue_pg.sqs: internal error", exc_info=err)
+    message = getattr(err, "message", None) or str(err)
+    body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
+    fault = "Sender" if sender else "Receiver"
+    return Response(json.dumps(body), status_code=status, media_type=CONTENT_TYPE,
+                    headers={"x-amzn-query-error": f"{query_code};{fault}"})
+
+
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 4) -> Starlette:
+    """The endpoint as an ASGI app, to run with uvicorn or mount in another app."""
+    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
+
+    async def handle(request: Request) -> Response:
+        body = await request.body()
+        try:
+            role = await endpoint.role_of(request, body)
+            target = request.headers.get("x-amz-target", "")
+            action = actions.ACTIONS.get(target.removeprefix(TARGET_PREFIX))
+            if not target.startswith(TARGET_PREFIX) or action is None:
+                return _error(actions.BatchError("InvalidAction",
+                                                 f"The action {target or '(none)'} is not valid"
+                                                 " for this endpoint."))
+            try:
+                params = json.loads(body or b"{}")
+            except ValueError:
+                params = None
+            if not isinstance(params, dict):
+                raise actions.MissingParameter("The request body must be a JSON object.")
+            base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+            result = await action(actions.Request(endpoint.client(role), params, base))
+        except (QueueError, sigv4.SignatureError) as err:
+            return _error(err)
+        except Exception as err:  # every failure answers as SQS does
+            return _error(err)
+        return Response(json.dumps(result), media_type=CONTENT_TYPE)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await endpoint.close()
+
+    app = Starlette(routes=[Route("/{path:path}", handle, methods=["POST"])], lifespan=lifespan)
+    app.state.endpoint = endpoint
+    return app
+
+
+__all__ = ["Endpoint", "create_app", "role_dsn"]

@@ -1,0 +1,40 @@
+-- Access keys of the SQS endpoint (docs/sqs.md). Entry points of the owner and queue_pg_admin
+-- only (60_access.sql gives them to no group role): a key names the PostgreSQL role whose grants
+-- decide what its requests may do, so making one is an admin's act.
+
+-- A new key for `role`: an access key id (AKQP + 16 hex digits, upper case) and a 40-character
+-- secret from gen_random_uuid's randomness (122 random bits each uuid, two of them).
+CREATE OR REPLACE FUNCTION queue_pg.sqs_create_key(role name)
+RETURNS TABLE (access_key text, secret_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF role IS NULL OR to_regrole(quote_ident(role)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
+                             coalesce(quote_literal(left(role, 100)), 'NULL'));
+    END IF;
+    access_key := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
+    secret_key := left(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 40);
+    INSERT INTO queue_pg.sqs_keys (access_key, secret_key, role)
+    VALUES (sqs_create_key.access_key, sqs_create_key.secret_key, sqs_create_key.role);
+    RETURN NEXT;
+END $$;
+
+-- Revoke a key: true when it was live.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_revoke_key(access_key text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+    WITH r AS (
+        UPDATE queue_pg.sqs_keys k SET revoked_at = clock_timestamp()
+        WHERE k.access_key = sqs_revoke_key.access_key AND k.revoked_at IS NULL
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM r)
+$$;
+
+-- A live key's secret and role, for the endpoint's signature check; no row when unknown or revoked.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_key(access_key text)
+RETURNS TABLE (secret_key text, role name)
+LANGUAGE sql STABLE AS $$
+    SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
+    WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
+$$;

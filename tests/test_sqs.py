@@ -1,0 +1,396 @@
+"""The SQS endpoint through boto3 (botocore signs; our server verifies), against real PostgreSQL.
+
+A real uvicorn server in a thread on a free port, per module; boto3 clients with endpoint_url
+and access keys made by ``queue_pg.sqs_create_key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("starlette")
+uvicorn = pytest.importorskip("uvicorn")
+boto3 = pytest.importorskip("boto3")
+
+from botocore.config import Config  # noqa: E402
+from botocore.exceptions import ClientError  # noqa: E402
+
+from queue_pg.sqs import create_app  # noqa: E402
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
+
+Sqs = Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def endpoint(dsn: str) -> Iterator[str]:
+    """The endpoint's URL, served by uvicorn in a thread for the module."""
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(dsn), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+def _key(dsn: str, role: str) -> tuple[str, str]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role]).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+MakeSqs = Callable[..., Sqs]
+
+
+@pytest.fixture
+def make_sqs(clean: str, endpoint: str) -> MakeSqs:
+    """``make_sqs(role=None, secret=None)``: a boto3 SQS client with a new key of ``role``
+    (None: the test database's owner), signed with ``secret`` instead of the key's if given."""
+
+    def make(role: str | None = None, secret: str | None = None) -> Sqs:
+        if role is None:
+            with psycopg.connect(clean) as c:
+                role = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+        access, real = _key(clean, role)
+        return boto3.client(
+            "sqs", endpoint_url=endpoint, region_name="us-east-1",
+            aws_access_key_id=access, aws_secret_access_key=secret or real,
+            config=Config(retries={"max_attempts": 1}, read_timeout=60),
+        )
+
+    return make
+
+
+@pytest.fixture
+def sqs(make_sqs: MakeSqs) -> Sqs:
+    return make_sqs()
+
+
+def code(err: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(err.value.response["Error"]["Code"])
+
+
+def status(err: pytest.ExceptionInfo[ClientError]) -> int:
+    return int(err.value.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+# --- queues -------------------------------------------------------------------------------------
+
+def test_queue_lifecycle(sqs: Sqs, endpoint: str) -> None:
+    url = sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "45",
+                                                          "DelaySeconds": "0"})["QueueUrl"]
+    assert url == f"{endpoint}/000000000000/jobs"
+    assert sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "45"})["QueueUrl"] == url
+    assert sqs.get_queue_url(QueueName="jobs")["QueueUrl"] == url
+    sqs.create_queue(QueueName="jobs-b")
+    sqs.create_queue(QueueName="other")
+    assert sqs.list_queues(QueueNamePrefix="jobs")["QueueUrls"] == [url, url + "-b"]
+    page = sqs.list_queues(MaxResults=2)
+    assert len(page["QueueUrls"]) == 2 and "NextToken" in page
+    rest = sqs.list_queues(MaxResults=2, NextToken=page["NextToken"])
+    assert rest["QueueUrls"] == [f"{endpoint}/000000000000/other"]
+
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "45"
+    assert attrs["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:jobs"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={
+        "VisibilityTimeout": "12", "MessageRetentionPeriod": "600", "DelaySeconds": "1",
+        "ReceiveMessageWaitTimeSeconds": "2", "MaximumMessageSize": "2048"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds",
+        "ReceiveMessageWaitTimeSeconds", "MaximumMessageSize"])["Attributes"]
+    assert attrs == {"VisibilityTimeout": "12", "MessageRetentionPeriod": "600",
+                     "DelaySeconds": "1", "ReceiveMessageWaitTimeSeconds": "2",
+                     "MaximumMessageSize": "2048"}
+
+    with pytest.raises(ClientError) as err:
+        sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "99"})
+    assert code(err) == "QueueAlreadyExists"
+    with pytest.raises(ClientError) as err:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "-1"})
+    assert code(err) == "InvalidParameterValue" and status(err) == 400
+
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist) as gone:
+        sqs.get_queue_url(QueueName="jobs")
+    assert status(gone) == 400  # type: ignore[arg-type]
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+def test_send_receive_delete_with_attributes_and_digests(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="mail")["QueueUrl"]
+    attrs = {"kind": {"DataType": "String", "StringValue": "welcome"},
+             "n": {"DataType": "Number", "StringValue": "42"},
+             "raw": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"}}
+    body = 'hello "world" ✓'
+    sent = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+    # boto3 itself checks both digests on send and on receive and raises when one differs
+    assert sent["MD5OfMessageBody"] == hashlib.md5(body.encode()).hexdigest()
+    assert "MD5OfMessageAttributes" in sent
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                              AttributeNames=["All"])["Messages"]
+    assert len(got) == 1 and got[0]["Body"] == body
+    assert got[0]["MessageAttributes"] == attrs
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert int(got[0]["Attributes"]["SentTimestamp"]) > 0
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])  # a retry: fine
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0) or \
+        sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)["Messages"] == []
+    with pytest.raises(ClientError) as err:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-receipt")
+    assert code(err) == "ReceiptHandleIsInvalid"
+
+
+def _receive(sqs: Sqs, url: str, **kw: Any) -> list[dict[str, Any]]:
+    return list(sqs.receive_message(QueueUrl=url, **kw).get("Messages", []))
+
+
+def test_visibility_delay_and_stale_receipts(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="work", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
+    first = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert [m["Body"] for m in first] == ["a"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"],
+            attrs["ApproximateNumberOfMessagesDelayed"]) == ("0", "1", "1")
+    # release the lease: visible again at once, and received with a new receipt
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"],
+                                  VisibilityTimeout=0)
+    again = _receive(sqs, url, WaitTimeSeconds=0, AttributeNames=["ApproximateReceiveCount"])
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    # the first receipt is stale: its delete succeeds as in SQS but deletes nothing
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    attrs = sqs.get_queue_attributes(QueueUrl=url,
+                                     AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    with pytest.raises(ClientError) as err:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"],
+                                      VisibilityTimeout=5)
+    assert code(err) == "ReceiptHandleIsInvalid"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
+    assert sqs.purge_queue(QueueUrl=url)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessagesDelayed"] == "0"
+
+
+def test_long_poll_returns_when_a_message_arrives(sqs: Sqs, make_sqs: MakeSqs) -> None:
+    url = sqs.create_queue(QueueName="poll")["QueueUrl"]
+    other = make_sqs()
+    got: list[list[dict[str, Any]]] = []
+    waiter = threading.Thread(target=lambda: got.append(_receive(sqs, url, WaitTimeSeconds=20)))
+    waiter.start()
+    time.sleep(0.5)
+    other.send_message(QueueUrl=url, MessageBody="wake up")
+    waiter.join(30)
+    assert [m["Body"] for m in got[0]] == ["wake up"]
+    # an empty long poll returns empty (its length is not asserted: the machine is shared)
+    assert _receive(sqs, url, WaitTimeSeconds=1) == []
+
+
+def test_batches_with_partial_failures(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="bulk", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    out = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "MessageBody": "one",
+         "MessageAttributes": {"k": {"DataType": "String", "StringValue": "v"}}},
+        {"Id": "big", "MessageBody": "x" * 5000},
+        {"Id": "b", "MessageBody": "two", "DelaySeconds": 0},
+    ])
+    assert sorted(e["Id"] for e in out["Successful"]) == ["a", "b"]
+    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in out["Failed"]] == [
+        ("big", "InvalidParameterValue", True)]
+    got = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert sorted(m["Body"] for m in got) == ["one", "two"]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "x", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "y", "ReceiptHandle": "garbage", "VisibilityTimeout": 60},
+    ])
+    assert [e["Id"] for e in changed["Successful"]] == ["x"]
+    assert [(f["Id"], f["Code"]) for f in changed["Failed"]] == [("y", "ReceiptHandleIsInvalid")]
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "1", "ReceiptHandle": got[0]["ReceiptHandle"]},
+        {"Id": "2", "ReceiptHandle": got[1]["ReceiptHandle"]},
+        {"Id": "3", "ReceiptHandle": "garbage"},
+    ])
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["1", "2"]
+    assert [f["Id"] for f in deleted["Failed"]] == ["3"]
+    with pytest.raises(ClientError) as err:
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": "m"} for i in range(11)])
+    assert code(err) == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
+    with pytest.raises(ClientError) as err:
+        sqs.delete_message_batch(QueueUrl=url, Entries=[
+            {"Id": "same", "ReceiptHandle": "r"}, {"Id": "same", "ReceiptHandle": "r"}])
+    assert code(err) == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+
+
+def test_dead_letter_after_max_receive_count(sqs: Sqs) -> None:
+    dlq = sqs.create_queue(QueueName="orders-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    url = sqs.create_queue(QueueName="orders", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    assert json.loads(got["Attributes"]["RedrivePolicy"]) == json.loads(policy)
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [url]
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    for _ in range(2):
+        (m,) = _receive(sqs, url, WaitTimeSeconds=0)
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                      VisibilityTimeout=0)
+    assert _receive(sqs, url, WaitTimeSeconds=0) == []
+    assert [m["Body"] for m in _receive(sqs, dlq, WaitTimeSeconds=0)] == ["poison"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == []
+
+
+def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
+    url = sqs.create_queue(QueueName="seq.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "false"})["QueueUrl"]
+    assert url == f"{endpoint}/000000000000/seq.fifo"
+    assert sqs.get_queue_url(QueueName="seq.fifo")["QueueUrl"] == url
+    first = sqs.send_message(QueueUrl=url, MessageBody="1", MessageGroupId="g",
+                             MessageDeduplicationId="d1")
+    dup = sqs.send_message(QueueUrl=url, MessageBody="1 again", MessageGroupId="g",
+                           MessageDeduplicationId="d1")
+    assert dup["MessageId"] == first["MessageId"]
+    sqs.send_message(QueueUrl=url, MessageBody="2", MessageGroupId="g",
+                     MessageDeduplicationId="d2")
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="no group", MessageDeduplicationId="d3")
+    assert code(err) == "MissingParameter"
+    # one message of a group at a time, in send order
+    (m,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert m["Body"] == "1"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert [x["Body"] for x in _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)] == ["2"]
+    with pytest.raises(ClientError) as err:
+        sqs.create_queue(QueueName="plain.fifo")
+    assert code(err) == "InvalidParameterValue"
+
+
+# --- authentication and grants ------------------------------------------------------------------
+
+def test_unsigned_and_wrongly_signed_requests_are_refused(
+    make_sqs: MakeSqs, endpoint: str, clean: str
+) -> None:
+    from botocore import UNSIGNED
+
+    unsigned = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                            config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1}))
+    with pytest.raises(ClientError) as err:
+        unsigned.list_queues()
+    assert code(err) == "MissingAuthenticationToken" and status(err) == 403
+    wrong = make_sqs(secret="x" * 40)
+    with pytest.raises(ClientError) as err:
+        wrong.list_queues()
+    assert code(err) == "SignatureDoesNotMatch" and status(err) == 403
+    unknown = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="AKQPUNKNOWNKEY00000", aws_secret_access_key="s" * 40,
+                           config=Config(retries={"max_attempts": 1}))
+    with pytest.raises(ClientError) as err:
+        unknown.list_queues()
+    assert code(err) == "InvalidClientTokenId"
+    # a revoked key is refused from its next request on
+    good = make_sqs()
+    good.list_queues()
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.sqs_revoke_key(%s)",
+                  [good._request_signer._credentials.access_key])
+    with pytest.raises(ClientError) as err:
+        good.list_queues()
+    assert code(err) == "InvalidClientTokenId"
+
+
+def test_a_keys_role_gets_its_grants_only(
+    sqs: Sqs, make_sqs: MakeSqs, make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    mine = sqs.create_queue(QueueName="mine")["QueueUrl"]
+    theirs = sqs.create_queue(QueueName="theirs")["QueueUrl"]
+    worker = make_role("sqsworker", PRODUCER, CONSUMER)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.grant('mine', %s, 'send')", [worker.name])
+        c.execute("SELECT queue_pg.grant('mine', %s, 'receive')", [worker.name])
+    w = make_sqs(worker.name)
+    w.send_message(QueueUrl=mine, MessageBody="ok")
+    assert [m["Body"] for m in _receive(w, mine, WaitTimeSeconds=0)] == ["ok"]
+    for call in (lambda: w.send_message(QueueUrl=theirs, MessageBody="no"),
+                 lambda: w.receive_message(QueueUrl=theirs, WaitTimeSeconds=0),
+                 lambda: w.purge_queue(QueueUrl=mine),
+                 lambda: w.create_queue(QueueName="new")):
+        with pytest.raises(ClientError) as err:
+            call()
+        assert code(err) == "AccessDenied" and status(err) == 403
+    assert _receive(sqs, theirs, WaitTimeSeconds=0) == []
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def test_cli_serves_and_manages_keys(clean: str) -> None:
+    """`queue-pg sqs key create`, `queue-pg sqs --port`, then `key revoke`: real processes."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    CLI = [sys.executable, "-c", "from queue_pg.cli import main; main()"]
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([*CLI, "--dsn", clean, "sqs", *args],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    lines = dict(line.split() for line in cli("key", "create", owner).splitlines())
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*CLI, "--dsn", clean, "sqs", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
+                           aws_access_key_id=lines["aws_access_key_id"],
+                           aws_secret_access_key=lines["aws_secret_access_key"],
+                           config=Config(retries={"max_attempts": 1}))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                url = sqs.create_queue(QueueName="cli")["QueueUrl"]
+                break
+            except Exception:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the endpoint did not answer"
+                time.sleep(0.2)
+        sqs.send_message(QueueUrl=url, MessageBody="via cli")
+        assert [m["Body"] for m in _receive(sqs, url, WaitTimeSeconds=1)] == ["via cli"]
+        assert "revoked" in cli("key", "revoke", lines["aws_access_key_id"])
+        with pytest.raises(ClientError) as err:
+            sqs.list_queues()
+        assert code(err) == "InvalidClientTokenId"
+    finally:
+        proc.terminate()
+        proc.wait(30)
