@@ -394,3 +394,55 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_oversized_requests_are_refused_before_reading(endpoint: str) -> None:
+    """A declared length over the limit is answered before any of the body is read."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from queue_pg.sqs.app import MAX_REQUEST_BYTES
+
+    where = urlsplit(endpoint)
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
+    try:
+        conn.putrequest("POST", "/")
+        conn.putheader("X-Amz-Target", "AmazonSQS.ListQueues")
+        conn.putheader("Content-Type", "application/x-amz-json-1.0")
+        conn.putheader("Content-Length", str(MAX_REQUEST_BYTES + 1))
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 413
+        assert json.loads(response.read())["__type"].endswith("#RequestEntityTooLarge")
+    finally:
+        conn.close()
+
+
+def test_keys_an_admin_may_make_and_read(
+    make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    """A queue_pg_admin member makes keys for ordinary roles, not for the owner or a superuser,
+    and reads no secret back (it could act as any key's role through the endpoint)."""
+    from queue_pg import AccessDenied, InvalidParameter
+    from queue_pg.errors import translate
+    from tests.test_access import ADMIN
+
+    admin = make_role("sqsadmin", ADMIN)
+    worker = make_role("sqsplain", PRODUCER)
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    with admin.connect() as c:
+        access, _secret = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)",
+                                    [worker.name]).fetchone()  # type: ignore[misc]
+        for role in (owner, "postgres"):
+            with pytest.raises(AccessDenied), translate():
+                c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
+        with pytest.raises(InvalidParameter), translate():
+            c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", ["no_such_role_at_all"])
+        with pytest.raises(AccessDenied), translate():
+            c.execute("SELECT * FROM queue_pg.sqs_key(%s)", [access])
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT * FROM queue_pg.sqs_keys")
+        assert c.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access]).fetchone() == (True,)
+    with worker.connect() as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])

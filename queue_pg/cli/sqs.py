@@ -19,7 +19,7 @@ __all__ = ["sqs"]
 @click.option("--no-auth", is_flag=True,
               help="Accept unsigned requests and run them all as the DSN's user (development"
                    " only).")
-@click.option("--pool-size", default=4, show_default=True, type=int,
+@click.option("--pool-size", default=10, show_default=True, type=int,
               help="Connections per PostgreSQL role.")
 @click.pass_context
 def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int) -> None:

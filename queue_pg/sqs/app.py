@@ -24,11 +24,28 @@ from starlette.routing import Route
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import QueueError, translate
 from queue_pg.sqs import actions, sigv4
-from queue_pg.sqs.errors import describe
+from queue_pg.sqs.errors import RequestTooLarge, describe
 
 logger = logging.getLogger("queue_pg.sqs")
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
+#: The largest request body read: SQS's 1 MiB of payload, JSON-escaped, and room for the rest.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+async def _body(request: Request) -> bytes:
+    """The body, read up to MAX_REQUEST_BYTES (an unauthenticated caller must not fill memory)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+        raise RequestTooLarge(f"Request body of {declared} bytes is over the"
+                              f" {MAX_REQUEST_BYTES} allowed")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(f"Request body is over the {MAX_REQUEST_BYTES} bytes allowed")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def role_dsn(dsn: str, role: str) -> str:
@@ -42,7 +59,7 @@ def role_dsn(dsn: str, role: str) -> str:
 class Endpoint:
     """The app's state: the owner's connection for key look-ups and a client per role."""
 
-    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 4) -> None:
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
         self.dsn = dsn
         self.auth = auth
         self.pool_size = pool_size
@@ -99,13 +116,13 @@ def _error(err: Exception) -> Response:
                     headers={"x-amzn-query-error": f"{query_code};{fault}"})
 
 
-def create_app(dsn: str, *, auth: bool = True, pool_size: int = 4) -> Starlette:
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app."""
     endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
 
     async def handle(request: Request) -> Response:
-        body = await request.body()
         try:
+            body = await _body(request)
             role = await endpoint.role_of(request, body)
             target = request.headers.get("x-amz-target", "")
             action = actions.ACTIONS.get(target.removeprefix(TARGET_PREFIX))
@@ -121,7 +138,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 4) -> Starlette:
                 raise actions.MissingParameter("The request body must be a JSON object.")
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             result = await action(actions.Request(endpoint.client(role), params, base))
-        except (QueueError, sigv4.SignatureError) as err:
+        except (QueueError, sigv4.SignatureError, RequestTooLarge) as err:
             return _error(err)
         except Exception as err:  # every failure answers as SQS does
             return _error(err)

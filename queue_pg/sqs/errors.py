@@ -26,6 +26,10 @@ _TABLE: list[tuple[type[Exception], str, int, str]] = [
 ]
 
 
+class RequestTooLarge(Exception):
+    """A request body over the endpoint's limit: refused before it is read whole, signed or not."""
+
+
 def describe(err: Exception) -> tuple[str, int, str, bool]:
     """(code, status, query code, sender's fault) of an error; InternalError if unknown."""
     if isinstance(err, actions.BatchError):
@@ -33,6 +37,8 @@ def describe(err: Exception) -> tuple[str, int, str, bool]:
         return short, 400, err.code, True
     if isinstance(err, SignatureError):
         return err.code, 403, err.code, True
+    if isinstance(err, RequestTooLarge):
+        return "RequestEntityTooLarge", 413, "RequestEntityTooLarge", True
     for cls, code, status, query in _TABLE:
         if isinstance(err, cls):
             return code, status, query, status < 500

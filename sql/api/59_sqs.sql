@@ -1,6 +1,8 @@
 -- Access keys of the SQS endpoint (docs/sqs.md). Entry points of the owner and queue_pg_admin
 -- only (60_access.sql gives them to no group role): a key names the PostgreSQL role whose grants
--- decide what its requests may do, so making one is an admin's act.
+-- decide what its requests may do, so making one is an admin's act. An admin who is not the owner
+-- may not make a key for a role above its own (a superuser, or one with the owner's privileges),
+-- and only the owner reads secrets back: else an admin could act as the owner through the endpoint.
 
 -- A new key for `role`: an access key id (AKQP + 16 hex digits, upper case) and a 40-character
 -- secret from gen_random_uuid's randomness (122 random bits each uuid, two of them).
@@ -12,6 +14,16 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
                              coalesce(quote_literal(left(role, 100)), 'NULL'));
+    END IF;
+    IF NOT queue_pg._is_owner() AND (
+        pg_has_role(to_regrole(quote_ident(role)), current_user, 'USAGE')
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role AND r.rolsuper)
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not make an SQS key for role %s',
+                             quote_literal(queue_pg._caller()), quote_literal(role)),
+            DETAIL = 'the role is a superuser or has the queue_pg owner''s privileges; only the'
+                     ' owner or a superuser makes keys for it';
     END IF;
     access_key := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
     secret_key := left(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 40);
@@ -32,9 +44,17 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- A live key's secret and role, for the endpoint's signature check; no row when unknown or revoked.
+-- The owner's only (the endpoint connects as the owner).
 CREATE OR REPLACE FUNCTION queue_pg.sqs_key(access_key text)
 RETURNS TABLE (secret_key text, role name)
-LANGUAGE sql STABLE AS $$
-    SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
-    WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not read SQS secrets',
+                             quote_literal(queue_pg._caller())),
+            DETAIL = 'only the queue_pg owner (the SQS endpoint''s own connection) reads them';
+    END IF;
+    RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
+                 WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL;
+END $$;
