@@ -344,7 +344,22 @@ def test_a_keys_role_gets_its_grants_only(
         with pytest.raises(ClientError) as err:
             call()
         assert code(err) == "AccessDenied" and status(err) == 403
+    with pytest.raises(ClientError) as err:  # the whole batch, as SQS does
+        w.send_message_batch(QueueUrl=theirs, Entries=[{"Id": "1", "MessageBody": "no"}])
+    assert code(err) == "AccessDenied"
     assert _receive(sqs, theirs, WaitTimeSeconds=0) == []
+    # a key whose role was dropped is refused like an unknown one
+    import uuid
+
+    gone = f"qp_sqsgone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(f'CREATE ROLE "{gone}"')
+    g = make_sqs(gone)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(f'DROP ROLE "{gone}"')
+    with pytest.raises(ClientError) as err:
+        g.list_queues()
+    assert code(err) == "InvalidClientTokenId"
 
 
 # --- the command line ---------------------------------------------------------------------------

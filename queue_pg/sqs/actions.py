@@ -260,13 +260,16 @@ def _entries(r: Request) -> list[dict[str, Any]]:
 async def _each(
     r: Request, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
-    """Run ``run`` per entry: SQS batches succeed or fail per entry, not as a whole."""
+    """Run ``run`` per entry: SQS batches succeed or fail per entry, not as a whole; a missing
+    queue or a missing grant fails the whole request, as in SQS."""
     from queue_pg.sqs.errors import describe  # the one error table, shared with whole requests
 
     ok, failed = [], []
     for entry in _entries(r):
         try:
             ok.append({"Id": entry.get("Id"), **await run(entry)})
+        except (errors.QueueNotFound, errors.AccessDenied):
+            raise
         except QueueError as err:
             code, _status, _query, sender = describe(err)
             failed.append({"Id": entry.get("Id"), "Code": code, "Message": str(err),

@@ -43,7 +43,8 @@ LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM r)
 $$;
 
--- A live key's secret and role, for the endpoint's signature check; no row when unknown or revoked.
+-- A live key's secret and role, for the endpoint's signature check; no row when unknown, revoked,
+-- or its role was dropped.
 -- The owner's only (the endpoint connects as the owner).
 CREATE OR REPLACE FUNCTION queue_pg.sqs_key(access_key text)
 RETURNS TABLE (secret_key text, role name)
@@ -56,5 +57,6 @@ BEGIN
             DETAIL = 'only the queue_pg owner (the SQS endpoint''s own connection) reads them';
     END IF;
     RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
-                 WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL;
+                 WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
+                   AND to_regrole(quote_ident(k.role)) IS NOT NULL;  -- a dropped role's keys die
 END $$;
