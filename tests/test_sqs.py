@@ -237,6 +237,21 @@ def test_batches_with_partial_failures(sqs: Sqs) -> None:
     ])
     assert sorted(e["Id"] for e in deleted["Successful"]) == ["1", "2"]
     assert [f["Id"] for f in deleted["Failed"]] == ["3"]
+    # a batch that is all good is one statement; one with a bad entry goes entry by entry
+    good = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "MessageBody": f"m{i}",
+         "MessageAttributes": {"i": {"DataType": "Number", "StringValue": str(i)}}}
+        for i in range(10)])
+    assert len(good["Successful"]) == 10 and good.get("Failed", []) == []
+    got = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                   MessageAttributeNames=["All"])
+    assert len(got) == 10
+    assert {m["Body"]: m["MessageAttributes"]["i"]["StringValue"] for m in got} == {
+        f"m{i}": str(i) for i in range(10)}
+    twice = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "ReceiptHandle": got[0]["ReceiptHandle"]},
+        {"Id": "b", "ReceiptHandle": got[0]["ReceiptHandle"]}])
+    assert sorted(e["Id"] for e in twice["Successful"]) == ["a", "b"]
     with pytest.raises(ClientError) as err:
         sqs.send_message_batch(QueueUrl=url, Entries=[
             {"Id": str(i), "MessageBody": "m"} for i in range(11)])

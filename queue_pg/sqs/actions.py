@@ -278,7 +278,31 @@ async def _each(
 
 
 async def send_message_batch(r: Request) -> dict[str, Any]:
+    """One ``send_batch`` statement when every entry is well formed and shares one delay;
+    entry by entry when not, or when the statement is refused, so each failure stays its own."""
     queue = r.queue()
+    entries = _entries(r)
+    try:
+        prepared = [(_body(e), attributes.to_queue_pg(e.get("MessageAttributes"))) for e in entries]
+        delays = {e.get("DelaySeconds") for e in entries}
+    except QueueError:
+        prepared, delays = [], set()
+    if prepared and len(delays) == 1:
+        (delay,) = delays
+        try:
+            ids = await r.client.send_batch(
+                queue, [b for b, _ in prepared], delay=int(delay) if delay is not None else None,
+                attributes=[a for _, a in prepared],
+                group=[e.get("MessageGroupId") for e in entries],
+                dedup_ids=[e.get("MessageDeduplicationId") for e in entries])
+        except (errors.QueueNotFound, errors.AccessDenied):
+            raise
+        except QueueError:
+            pass  # one entry spoils the statement: find which, entry by entry
+        else:
+            return {"Successful": [{"Id": e.get("Id"), **_sent(b, a, i)}
+                                   for e, (b, a), i in zip(entries, prepared, ids, strict=True)],
+                    "Failed": []}
     return await _each(r, lambda e: _send_one(r, queue, e))
 
 
@@ -345,8 +369,24 @@ async def delete_message(r: Request) -> dict[str, Any]:
 
 
 async def delete_message_batch(r: Request) -> dict[str, Any]:
+    """One ``delete_batch`` statement; its per-receipt results become SQS's per-entry ones."""
     queue = r.queue()
-    return await _each(r, lambda e: _delete_one(r, queue, e))
+    entries = _entries(r)
+    receipts = [e.get("ReceiptHandle") for e in entries]
+    if not all(isinstance(x, str) and x for x in receipts):
+        return await _each(r, lambda e: _delete_one(r, queue, e))
+    distinct = list(dict.fromkeys(str(x) for x in receipts))  # SQS allows repeats; queue_pg not
+    results = {x.receipt: x for x in await r.client.delete_batch(queue, distinct)}
+    ok, failed = [], []
+    for entry, receipt in zip(entries, receipts, strict=True):
+        result = results[str(receipt)]
+        if result.error is None or result.error == "StaleReceipt":  # SQS: a stale one succeeds
+            ok.append({"Id": entry.get("Id")})
+        else:
+            failed.append({"Id": entry.get("Id"), "Code": "ReceiptHandleIsInvalid",
+                           "Message": f"The receipt handle is invalid ({result.error}).",
+                           "SenderFault": True})
+    return {"Successful": ok, "Failed": failed}
 
 
 async def _change_one(r: Request, queue: str, entry: dict[str, Any]) -> dict[str, Any]:
