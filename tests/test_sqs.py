@@ -476,3 +476,37 @@ def test_keys_an_admin_may_make_and_read(
         assert c.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access]).fetchone() == (True,)
     with worker.connect() as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
         c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])
+
+
+def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
+    """The AWS command line (its own botocore) against the endpoint, unchanged."""
+    import os
+    import shutil
+    import subprocess
+
+    aws = shutil.which("aws")
+    if aws is None:
+        pytest.skip("the AWS CLI (aws) is not installed")
+    creds = make_sqs()._request_signer._credentials
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": creds.access_key,
+           "AWS_SECRET_ACCESS_KEY": creds.secret_key, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    env.pop("PYTHONPATH", None)
+
+    def run(*args: str) -> Any:
+        done = subprocess.run([aws, "--endpoint-url", endpoint, "--output", "json", "sqs", *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    url = run("create-queue", "--queue-name", "cli-q")["QueueUrl"]
+    run("send-message", "--queue-url", url, "--message-body", "from the cli",
+        "--message-attributes", '{"k": {"DataType": "String", "StringValue": "v"}}')
+    got = run("receive-message", "--queue-url", url, "--wait-time-seconds", "1",
+              "--message-attribute-names", "All")
+    (m,) = got["Messages"]
+    assert m["Body"] == "from the cli" and m["MessageAttributes"]["k"]["StringValue"] == "v"
+    run("delete-message", "--queue-url", url, "--receipt-handle", m["ReceiptHandle"])
+    attrs = run("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "0"
+    run("delete-queue", "--queue-url", url)
