@@ -510,3 +510,65 @@ def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
     attrs = run("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")
     assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "0"
     run("delete-queue", "--queue-url", url)
+
+
+def test_celery_sqs_transport_end_to_end(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
+    """An unchanged Celery app on its sqs:// transport: tasks run by a real worker process, and a
+    killed worker's task runs again after the visibility timeout, in a new worker."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from urllib.parse import quote
+
+    pytest.importorskip("celery")
+    pytest.importorskip("pycurl")  # kombu's SQS transport polls through it
+    creds = make_sqs()._request_signer._credentials
+    where = endpoint.removeprefix("http://")
+    out = tmp_path / "runs.txt"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "QP_SQS_OUT": str(out),
+           "QP_SQS_BROKER": f"sqs://{quote(creds.access_key, safe='')}:"
+                            f"{quote(creds.secret_key, safe='')}@{where}"}
+    worker_cmd = [sys.executable, "-m", "celery", "-A", "tests.sqs_apps.celery_sqs", "worker",
+                  "--pool", "solo", "--loglevel", "WARNING", "--without-heartbeat",
+                  "--without-gossip", "--without-mingle"]
+
+    def lines() -> list[str]:
+        return out.read_text().splitlines() if out.exists() else []
+
+    def wait_for(check: Callable[[], bool], what: str, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: {lines()}"
+            time.sleep(0.2)
+
+    send = subprocess.run(
+        [sys.executable, "-c", "from tests.sqs_apps.celery_sqs import add, slow\n"
+         "for i in range(5): add.delay(i, 100)\n" "slow.delay('x')"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert send.returncode == 0, send.stderr
+    worker = subprocess.Popen(worker_cmd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: "start x" in lines(), "the slow task never started")
+        wait_for(lambda: sum(x.startswith("add") for x in lines()) == 5, "the adds never ran")
+        assert sorted(x for x in lines() if x.startswith("add")) == [
+            f"add {i + 100}" for i in range(5)]
+        os.killpg(worker.pid, signal.SIGKILL)  # mid-task: the message stays leased
+        worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(30)
+    again = subprocess.Popen(worker_cmd, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: "done x" in lines(), "the killed worker's task was not delivered again")
+        assert lines().count("start x") == 2
+    finally:
+        os.killpg(again.pid, signal.SIGTERM)
+        try:
+            again.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(again.pid, signal.SIGKILL)
+            again.wait(30)
