@@ -209,6 +209,15 @@ def test_long_poll_returns_when_a_message_arrives(sqs: Sqs, make_sqs: MakeSqs) -
     assert [m["Body"] for m in got[0]] == ["wake up"]
     # an empty long poll returns empty (its length is not asserted: the machine is shared)
     assert _receive(sqs, url, WaitTimeSeconds=1) == []
+    # without WaitTimeSeconds the queue's ReceiveMessageWaitTimeSeconds applies
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"ReceiveMessageWaitTimeSeconds": "20"})
+    got.clear()
+    waiter = threading.Thread(target=lambda: got.append(_receive(sqs, url)))
+    waiter.start()
+    time.sleep(0.5)
+    other.send_message(QueueUrl=url, MessageBody="by default")
+    waiter.join(30)
+    assert [m["Body"] for m in got[0]] == ["by default"]
 
 
 def test_batches_with_partial_failures(sqs: Sqs) -> None:
@@ -352,6 +361,7 @@ def test_a_keys_role_gets_its_grants_only(
     w = make_sqs(worker.name)
     w.send_message(QueueUrl=mine, MessageBody="ok")
     assert [m["Body"] for m in _receive(w, mine, WaitTimeSeconds=0)] == ["ok"]
+    assert _receive(w, mine, WaitTimeSeconds=1) == []  # a long poll as the role: LISTEN too
     for call in (lambda: w.send_message(QueueUrl=theirs, MessageBody="no"),
                  lambda: w.receive_message(QueueUrl=theirs, WaitTimeSeconds=0),
                  lambda: w.purge_queue(QueueUrl=mine),
