@@ -314,6 +314,16 @@ def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
     with pytest.raises(ClientError) as err:
         sqs.create_queue(QueueName="plain.fifo")
     assert code(err) == "InvalidParameterValue"
+    # a FIFO dead-letter queue's ARN keeps its .fifo
+    dlq = sqs.create_queue(QueueName="seq-dlq.fifo", Attributes={"FifoQueue": "true"})
+    arn = sqs.get_queue_attributes(QueueUrl=dlq["QueueUrl"], AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    assert arn.endswith(":seq-dlq.fifo")
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn, "maxReceiveCount": 3})})
+    policy = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    assert json.loads(policy["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"] == arn
+
 
 
 # --- authentication and grants ------------------------------------------------------------------
@@ -582,3 +592,40 @@ def test_celery_sqs_transport_end_to_end(make_sqs: MakeSqs, endpoint: str, tmp_p
         except subprocess.TimeoutExpired:
             os.killpg(again.pid, signal.SIGKILL)
             again.wait(30)
+
+
+def test_malformed_values_are_the_senders_fault(sqs: Sqs, endpoint: str) -> None:
+    """Values boto3 would not send (it validates first), signed by botocore and sent raw."""
+    import urllib.error
+    import urllib.request
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    url = sqs.create_queue(QueueName="raw")["QueueUrl"]
+    creds = sqs._request_signer._credentials
+
+    def call(action: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        req = AWSRequest("POST", endpoint + "/", data=json.dumps(params).encode(), headers={
+            "X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"})
+        SigV4Auth(creds, "sqs", "us-east-1").add_auth(req)
+        prepared = req.prepare()
+        raw = urllib.request.Request(prepared.url, data=prepared.body, method="POST",
+                                     headers=dict(prepared.headers))
+        try:
+            with urllib.request.urlopen(raw, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    for action, params in [
+        ("SendMessage", {"QueueUrl": url, "MessageBody": "x", "DelaySeconds": "soon"}),
+        ("SetQueueAttributes", {"QueueUrl": url, "Attributes": {"VisibilityTimeout": 5}}),
+        ("ReceiveMessage", {"QueueUrl": url, "MaxNumberOfMessages": 11}),
+        ("ChangeMessageVisibility", {"QueueUrl": url, "ReceiptHandle": "r",
+                                     "VisibilityTimeout": "x"}),
+    ]:
+        got = call(action, params)
+        assert got[0] == 400 and got[1]["__type"].endswith("#InvalidParameterValue"), (action, got)
+    assert call("NoSuchAction", {})[1]["__type"].endswith("#InvalidAction")
+    assert call("ListQueues", {})[0] == 200

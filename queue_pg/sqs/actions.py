@@ -37,13 +37,17 @@ class Request:
         return names.from_url(url)
 
     def int_param(self, key: str, default: int | None = None) -> int | None:
-        value = self.params.get(key, default)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise InvalidParameter(f"Value {value!r} for parameter {key} is invalid.") from None
+        return _int(self.params.get(key, default), key)
+
+
+def _int(value: Any, key: str) -> int | None:
+    """An SQS integer (a JSON number or its string), None when absent; else InvalidParameter."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"Value {value!r} for parameter {key} is invalid.") from None
 
 
 class MissingParameter(InvalidParameter):
@@ -75,11 +79,10 @@ def _settings(attrs: dict[str, str], creating: bool) -> dict[str, Any]:
     """SQS queue attributes as queue_pg settings (the SQL checks the ranges)."""
     out: dict[str, Any] = {}
     for key, value in attrs.items():
+        if not isinstance(value, str):
+            raise InvalidParameter(f"Value {value!r} for attribute {key} is invalid: a string.")
         if key in _SETTINGS:
-            try:
-                out[_SETTINGS[key]] = int(value)
-            except ValueError:
-                raise InvalidParameter(f"Invalid value for the parameter {key}.") from None
+            out[_SETTINGS[key]] = _int(value, key)
         elif key == "RedrivePolicy":
             if value == "":
                 out["dead_letter_queue"] = None
@@ -120,8 +123,10 @@ def _attributes(config: QueueConfig, stats: Any, wanted: list[str]) -> dict[str,
         "ApproximateNumberOfMessagesDelayed": str(stats.delayed),
     }
     if config.dead_letter_queue is not None:
+        # SQS wants a FIFO queue's dead-letter queue FIFO too (queue_pg does not check it)
+        dlq = names.sqs_name(config.dead_letter_queue, config.fifo)
         out["RedrivePolicy"] = json.dumps({
-            "deadLetterTargetArn": names.arn(config.dead_letter_queue),
+            "deadLetterTargetArn": names.arn(dlq),
             "maxReceiveCount": config.max_receive_count,
         })
     if config.fifo:
@@ -229,9 +234,8 @@ def _sent(body: str, attrs: dict[str, Any] | None, msg_id: int) -> dict[str, Any
 async def _send_one(r: Request, queue: str, entry: dict[str, Any]) -> dict[str, Any]:
     body = _body(entry)
     attrs = attributes.to_queue_pg(entry.get("MessageAttributes"))
-    delay = entry.get("DelaySeconds")
     msg_id = await r.client.send(
-        queue, body, delay=int(delay) if delay is not None else None, attributes=attrs,
+        queue, body, delay=_int(entry.get("DelaySeconds"), "DelaySeconds"), attributes=attrs,
         group=entry.get("MessageGroupId"), dedup_id=entry.get("MessageDeduplicationId"),
     )
     return _sent(body, attrs, msg_id)
@@ -291,7 +295,7 @@ async def send_message_batch(r: Request) -> dict[str, Any]:
         (delay,) = delays
         try:
             ids = await r.client.send_batch(
-                queue, [b for b, _ in prepared], delay=int(delay) if delay is not None else None,
+                queue, [b for b, _ in prepared], delay=_int(delay, "DelaySeconds"),
                 attributes=[a for _, a in prepared],
                 group=[e.get("MessageGroupId") for e in entries],
                 dedup_ids=[e.get("MessageDeduplicationId") for e in entries])
@@ -390,10 +394,10 @@ async def delete_message_batch(r: Request) -> dict[str, Any]:
 
 
 async def _change_one(r: Request, queue: str, entry: dict[str, Any]) -> dict[str, Any]:
-    timeout = entry.get("VisibilityTimeout")
+    timeout = _int(entry.get("VisibilityTimeout"), "VisibilityTimeout")
     if timeout is None:
         raise MissingParameter("The request must contain the parameter VisibilityTimeout.")
-    await r.client.change_visibility(queue, _receipt(entry), int(timeout))
+    await r.client.change_visibility(queue, _receipt(entry), timeout)
     return {}
 
 

@@ -21,8 +21,12 @@ def to_queue_pg(sqs_name: str) -> str:
 
 
 def to_sqs(config: QueueConfig) -> str:
-    name = config.name
-    return name[: -len("-fifo")] + ".fifo" if config.fifo and name.endswith("-fifo") else name
+    return sqs_name(config.name, config.fifo)
+
+
+def sqs_name(name: str, fifo: bool) -> str:
+    """The SQS name of queue_pg queue ``name`` (``fifo``: whether it is a FIFO queue)."""
+    return name[: -len("-fifo")] + ".fifo" if fifo and name.endswith("-fifo") else name
 
 
 def arn(sqs_name: str) -> str:
