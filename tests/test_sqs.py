@@ -372,6 +372,8 @@ def test_a_keys_role_gets_its_grants_only(
     w.send_message(QueueUrl=mine, MessageBody="ok")
     assert [m["Body"] for m in _receive(w, mine, WaitTimeSeconds=0)] == ["ok"]
     assert _receive(w, mine, WaitTimeSeconds=1) == []  # a long poll as the role: LISTEN too
+    # names are not secret in queue_pg (list_queues is open to the group roles); contents are
+    assert w.list_queues()["QueueUrls"] == [mine, theirs]
     for call in (lambda: w.send_message(QueueUrl=theirs, MessageBody="no"),
                  lambda: w.receive_message(QueueUrl=theirs, WaitTimeSeconds=0),
                  lambda: w.purge_queue(QueueUrl=mine),
