@@ -131,6 +131,21 @@ def test_queue_lifecycle(sqs: Sqs, endpoint: str) -> None:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "-1"})
     assert code(err) == "InvalidParameterValue" and status(err) == 400
 
+    # tags: at creation, added, replaced, removed; SQS's limits
+    tagged = sqs.create_queue(QueueName="tagged", tags={"team": "mail"})["QueueUrl"]
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "mail"}
+    sqs.tag_queue(QueueUrl=tagged, Tags={"team": "billing", "env": "ci"})
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "billing", "env": "ci"}
+    sqs.untag_queue(QueueUrl=tagged, TagKeys=["team", "absent"])
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "ci"}
+    with pytest.raises(ClientError) as err:
+        sqs.tag_queue(QueueUrl=tagged, Tags={f"k{i}": "v" for i in range(50)})
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        sqs.tag_queue(QueueUrl=tagged, Tags={"long": "v" * 257})
+    assert code(err) == "InvalidParameterValue"
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "ci"}
+
     sqs.delete_queue(QueueUrl=url)
     with pytest.raises(sqs.exceptions.QueueDoesNotExist) as gone:
         sqs.get_queue_url(QueueName="jobs")
@@ -372,11 +387,19 @@ def test_a_keys_role_gets_its_grants_only(
     w.send_message(QueueUrl=mine, MessageBody="ok")
     assert [m["Body"] for m in _receive(w, mine, WaitTimeSeconds=0)] == ["ok"]
     assert _receive(w, mine, WaitTimeSeconds=1) == []  # a long poll as the role: LISTEN too
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.grant('mine', %s, 'manage')", [worker.name])
+    w.tag_queue(QueueUrl=mine, Tags={"owner": "worker"})  # a manage grant lets it tag
+    assert w.list_queue_tags(QueueUrl=mine)["Tags"] == {"owner": "worker"}
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.revoke('mine', %s, 'manage')", [worker.name])
     # names are not secret in queue_pg (list_queues is open to the group roles); contents are
     assert w.list_queues()["QueueUrls"] == [mine, theirs]
     for call in (lambda: w.send_message(QueueUrl=theirs, MessageBody="no"),
                  lambda: w.receive_message(QueueUrl=theirs, WaitTimeSeconds=0),
                  lambda: w.purge_queue(QueueUrl=mine),
+                 lambda: w.tag_queue(QueueUrl=mine, Tags={"mine": "now"}),
+                 lambda: w.list_queue_tags(QueueUrl=mine),
                  lambda: w.create_queue(QueueName="new")):
         with pytest.raises(ClientError) as err:
             call()

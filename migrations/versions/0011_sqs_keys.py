@@ -1,4 +1,4 @@
-"""Access keys of the SQS endpoint: sql/schema/0011_sqs_keys.sql.
+"""Access keys and queue tags of the SQS endpoint: sql/schema/0011_sqs_keys.sql.
 
 Revision ID: 0011
 Revises: 0010
@@ -27,7 +27,10 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg.sqs_create_key(name);
         DROP FUNCTION IF EXISTS queue_pg.sqs_revoke_key(text);
         DROP FUNCTION IF EXISTS queue_pg.sqs_key(text);
-        DROP TABLE queue_pg.sqs_keys;
+        DROP FUNCTION IF EXISTS queue_pg.sqs_tag_queue(text, jsonb);
+        DROP FUNCTION IF EXISTS queue_pg.sqs_untag_queue(text, text[]);
+        DROP FUNCTION IF EXISTS queue_pg.sqs_queue_tags(text);
+        DROP TABLE queue_pg.sqs_keys, queue_pg.queue_tags;
         """,
         origin="downgrade 0011",
     )

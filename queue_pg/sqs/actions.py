@@ -16,7 +16,7 @@ from typing import Any
 from queue_pg import errors
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
-from queue_pg.sqs import attributes, names
+from queue_pg.sqs import attributes, names, tags
 from queue_pg.types import Message, QueueConfig
 
 MAX_BATCH = 10
@@ -150,7 +150,33 @@ async def create_queue(r: Request) -> dict[str, Any]:
         await r.client.create_queue(names.to_queue_pg(sqs_name), **settings)
     except errors.QueueAlreadyExists as err:
         raise QueueNameExists(str(err)) from None
+    if r.params.get("tags"):
+        await tags.tag(r.client, names.to_queue_pg(sqs_name), _tag_map(r.params["tags"]))
     return {"QueueUrl": names.url(r.base_url, sqs_name)}
+
+
+def _tag_map(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidParameter("Tags must be a map of tag keys to values.")
+    return value
+
+
+async def tag_queue(r: Request) -> dict[str, Any]:
+    await tags.tag(r.client, r.queue(), _tag_map(r.params.get("Tags")))
+    return {}
+
+
+async def untag_queue(r: Request) -> dict[str, Any]:
+    keys = r.params.get("TagKeys")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise MissingParameter("The request must contain the parameter TagKeys.")
+    await tags.untag(r.client, r.queue(), keys)
+    return {}
+
+
+async def list_queue_tags(r: Request) -> dict[str, Any]:
+    found = await tags.tags(r.client, r.queue())
+    return {"Tags": found} if found else {}
 
 
 class QueueNameExists(QueueError):
@@ -426,4 +452,7 @@ ACTIONS: dict[str, Callable[[Request], Awaitable[dict[str, Any]]]] = {
     "DeleteMessageBatch": delete_message_batch,
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "TagQueue": tag_queue,
+    "UntagQueue": untag_queue,
+    "ListQueueTags": list_queue_tags,
 }

@@ -60,3 +60,53 @@ BEGIN
                  WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
                    AND to_regrole(quote_ident(k.role)) IS NOT NULL;  -- a dropped role's keys die
 END $$;
+
+-- Queue tags (SQS's TagQueue / UntagQueue / ListQueueTags); each needs `manage` on the queue.
+-- At most 50 tags a queue, keys 1 - 128 characters, values up to 256: checked after the upsert,
+-- so a call that would pass 50 changes nothing.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_tag_queue(queue text, tags jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    bad text;
+    n bigint;
+BEGIN
+    IF tags IS NULL OR jsonb_typeof(tags) <> 'object' THEN
+        PERFORM queue_pg._raise('QP003', 'tags must be a JSON object of strings');
+    END IF;
+    SELECT t.key INTO bad FROM jsonb_each(tags) t
+    WHERE length(t.key) NOT BETWEEN 1 AND 128 OR jsonb_typeof(t.value) <> 'string'
+       OR length(t.value #>> '{}') > 256
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('tag %s is invalid: allowed keys of 1 to 128 characters, string values of up to 256',
+                             quote_literal(left(bad, 130)));
+    END IF;
+    INSERT INTO queue_pg.queue_tags (queue_id, key, value)
+    SELECT q.id, t.key, t.value #>> '{}' FROM jsonb_each(tags) t
+    ON CONFLICT (queue_id, key) DO UPDATE SET value = excluded.value;
+    SELECT count(*) INTO n FROM queue_pg.queue_tags t WHERE t.queue_id = q.id;
+    IF n > 50 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('tags = %s on queue %s is invalid: allowed at most 50 a queue', n,
+                             quote_literal(q.name));
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.sqs_untag_queue(queue text, keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+BEGIN
+    DELETE FROM queue_pg.queue_tags t WHERE t.queue_id = q.id AND t.key = ANY (keys);
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.sqs_queue_tags(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(t.key, t.value), '{}') FROM queue_pg.queue_tags t
+            WHERE t.queue_id = q.id);
+END $$;

@@ -10,3 +10,13 @@ CREATE TABLE queue_pg.sqs_keys (
     revoked_at timestamptz
 );
 REVOKE ALL ON queue_pg.sqs_keys FROM PUBLIC;
+
+-- SQS queue tags (TagQueue / UntagQueue / ListQueueTags): at most 50 a queue, keys of 1 - 128
+-- and values of up to 256 characters, as SQS (sql/api/59_sqs.sql checks them).
+CREATE TABLE queue_pg.queue_tags (
+    queue_id integer NOT NULL REFERENCES queue_pg.queues (id) ON DELETE CASCADE,
+    key text NOT NULL,
+    value text NOT NULL,
+    PRIMARY KEY (queue_id, key)
+);
+REVOKE ALL ON queue_pg.queue_tags FROM PUBLIC;
