@@ -654,3 +654,69 @@ def test_malformed_values_are_the_senders_fault(sqs: Sqs, endpoint: str) -> None
         assert got[0] == 400 and got[1]["__type"].endswith("#InvalidParameterValue"), (action, got)
     assert call("NoSuchAction", {})[1]["__type"].endswith("#InvalidAction")
     assert call("ListQueues", {})[0] == 200
+
+
+def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
+    """SQS's query protocol of older SDKs: form parameters signed by botocore, XML answers."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlencode
+    from xml.etree import ElementTree
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    creds = sqs._request_signer._credentials
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+
+    def call(params: dict[str, Any], path: str = "/") -> tuple[int, ElementTree.Element]:
+        req = AWSRequest("POST", endpoint + path,
+                         data=urlencode({"Version": "2012-11-05", **params}).encode(),
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        SigV4Auth(creds, "sqs", "us-east-1").add_auth(req)
+        p = req.prepare()
+        raw = urllib.request.Request(p.url, data=p.body, method="POST", headers=dict(p.headers))
+        try:
+            with urllib.request.urlopen(raw, timeout=60) as response:
+                return response.status, ElementTree.fromstring(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, ElementTree.fromstring(err.read())
+
+    status, x = call({"Action": "CreateQueue", "QueueName": "old-sdk",
+                      "Attribute.1.Name": "VisibilityTimeout", "Attribute.1.Value": "40"})
+    assert status == 200
+    url = x.findtext("s:CreateQueueResult/s:QueueUrl", namespaces=ns)
+    assert url == f"{endpoint}/000000000000/old-sdk"
+    _, x = call({"Action": "GetQueueAttributes", "QueueUrl": url,
+                 "AttributeName.1": "VisibilityTimeout"})
+    assert [(a.findtext("s:Name", namespaces=ns), a.findtext("s:Value", namespaces=ns))
+            for a in x.iterfind(".//s:Attribute", ns)] == [("VisibilityTimeout", "40")]
+    _, x = call({"Action": "SendMessage", "MessageBody": "<b>&amp;</b>",
+                 "MessageAttribute.1.Name": "k", "MessageAttribute.1.Value.DataType": "String",
+                 "MessageAttribute.1.Value.StringValue": "v"}, path="/000000000000/old-sdk")
+    assert x.findtext(".//s:MD5OfMessageBody", namespaces=ns) == hashlib.md5(
+        b"<b>&amp;</b>").hexdigest()
+    _, x = call({"Action": "SendMessageBatch", "QueueUrl": url,
+                 "SendMessageBatchRequestEntry.1.Id": "a",
+                 "SendMessageBatchRequestEntry.1.MessageBody": "second",
+                 "SendMessageBatchRequestEntry.2.Id": "b",
+                 "SendMessageBatchRequestEntry.2.MessageBody": "third"})
+    assert [e.findtext("s:Id", namespaces=ns)
+            for e in x.iterfind(".//s:SendMessageBatchResultEntry", ns)] == ["a", "b"]
+    _, x = call({"Action": "ReceiveMessage", "QueueUrl": url, "MaxNumberOfMessages": "10",
+                 "MessageAttributeName.1": "All", "AttributeName.1": "All"})
+    messages = list(x.iterfind(".//s:Message", ns))
+    assert sorted(m.findtext("s:Body", namespaces=ns) or "" for m in messages) == [
+        "<b>&amp;</b>", "second", "third"]
+    first = next(m for m in messages if m.findtext("s:Body", namespaces=ns) == "<b>&amp;</b>")
+    assert first.findtext("s:MessageAttribute/s:Value/s:StringValue", namespaces=ns) == "v"
+    handles = {f"DeleteMessageBatchRequestEntry.{i}.{k}": v for i, m in enumerate(messages, 1)
+               for k, v in (("Id", f"e{i}"),
+                            ("ReceiptHandle", m.findtext("s:ReceiptHandle", namespaces=ns)))}
+    _, x = call({"Action": "DeleteMessageBatch", "QueueUrl": url, **handles})
+    assert len(list(x.iterfind(".//s:DeleteMessageBatchResultEntry", ns))) == 3
+    status, x = call({"Action": "GetQueueUrl", "QueueName": "absent"})
+    assert status == 400
+    assert x.findtext("s:Error/s:Code", namespaces=ns) == "AWS.SimpleQueueService.NonExistentQueue"
+    _, x = call({"Action": "ListQueues", "QueueNamePrefix": "old"})
+    assert [u.text for u in x.iterfind(".//s:QueueUrl", ns)] == [url]

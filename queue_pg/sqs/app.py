@@ -1,4 +1,5 @@
-"""The ASGI app: SQS's JSON protocol (``X-Amz-Target: AmazonSQS.<Action>``) over queue_pg.
+"""The ASGI app: SQS's JSON protocol (``X-Amz-Target: AmazonSQS.<Action>``) and its query
+protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg.
 
 Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
 then runs as the key's PostgreSQL role, through a client whose connections start with
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
@@ -22,8 +25,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from queue_pg.aio import AsyncClient
-from queue_pg.errors import QueueError, translate
-from queue_pg.sqs import actions, sigv4
+from queue_pg.errors import translate
+from queue_pg.sqs import actions, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe
 
 logger = logging.getLogger("queue_pg.sqs")
@@ -105,43 +108,67 @@ class Endpoint:
         return str(row[1])
 
 
-def _error(err: Exception) -> Response:
+def _error(err: Exception, query_protocol: bool = False) -> Response:
     code, status, query_code, sender = describe(err)
     if status >= 500:
         logger.exception("queue_pg.sqs: internal error", exc_info=err)
     message = getattr(err, "message", None) or str(err)
+    if query_protocol:
+        return Response(query.error(query_code, message, sender, str(uuid.uuid4())),
+                        status_code=status, media_type="text/xml")
     body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
     fault = "Sender" if sender else "Receiver"
     return Response(json.dumps(body), status_code=status, media_type=CONTENT_TYPE,
                     headers={"x-amzn-query-error": f"{query_code};{fault}"})
 
 
+def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
+    """(action, parameters) of a JSON protocol request."""
+    target = request.headers.get("x-amz-target", "")
+    try:
+        params = json.loads(body or b"{}")
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        raise actions.MissingParameter("The request body must be a JSON object.")
+    return target.removeprefix(TARGET_PREFIX), params
+
+
+def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str, Any]]:
+    """(action, parameters) of a query protocol request: query string and form body; the queue
+    is the request's path when no QueueUrl is given, as older SDKs send it."""
+    pairs = list(request.query_params.multi_items())
+    pairs += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+    action, params = query.params(pairs)
+    if "QueueUrl" not in params and request.url.path.strip("/"):
+        params["QueueUrl"] = base + request.url.path
+    return action, params
+
+
 def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette:
-    """The endpoint as an ASGI app, to run with uvicorn or mount in another app."""
+    """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
+
+    JSON protocol when the request has ``X-Amz-Target``, else the query protocol."""
     endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
 
     async def handle(request: Request) -> Response:
+        is_query = "x-amz-target" not in request.headers
         try:
             body = await _body(request)
             role = await endpoint.role_of(request, body)
-            target = request.headers.get("x-amz-target", "")
-            action = actions.ACTIONS.get(target.removeprefix(TARGET_PREFIX))
-            if not target.startswith(TARGET_PREFIX) or action is None:
-                return _error(actions.BatchError("InvalidAction",
-                                                 f"The action {target or '(none)'} is not valid"
-                                                 " for this endpoint."))
-            try:
-                params = json.loads(body or b"{}")
-            except ValueError:
-                params = None
-            if not isinstance(params, dict):
-                raise actions.MissingParameter("The request body must be a JSON object.")
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+            name, params = (_query_call(request, body, base) if is_query
+                            else _json_call(request, body))
+            action = actions.ACTIONS.get(name)
+            if action is None:
+                raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
+                                         " valid for this endpoint.")
             result = await action(actions.Request(endpoint.client(role), params, base))
-        except (QueueError, sigv4.SignatureError, RequestTooLarge) as err:
-            return _error(err)
         except Exception as err:  # every failure answers as SQS does
-            return _error(err)
+            return _error(err, is_query)
+        if is_query:
+            return Response(query.response(name, result, str(uuid.uuid4())),
+                            media_type="text/xml")
         return Response(json.dumps(result), media_type=CONTENT_TYPE)
 
     @asynccontextmanager
@@ -149,7 +176,8 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
         yield
         await endpoint.close()
 
-    app = Starlette(routes=[Route("/{path:path}", handle, methods=["POST"])], lifespan=lifespan)
+    routes = [Route("/{path:path}", handle, methods=["GET", "POST"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.endpoint = endpoint
     return app
 
