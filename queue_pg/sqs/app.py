@@ -9,6 +9,7 @@ what it may do. ``auth=False`` runs every request as the DSN's user, for local d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -68,6 +69,7 @@ class Endpoint:
         self.pool_size = pool_size
         self._clients: dict[str | None, AsyncClient] = {}
         self._keys: AsyncConnectionPool[Any] | None = None
+        self._keys_lock = asyncio.Lock()  # the first requests may come together
 
     def client(self, role: str | None) -> AsyncClient:
         if role not in self._clients:
@@ -89,10 +91,12 @@ class Endpoint:
             return None
         headers = {k.lower(): v for k, v in request.headers.items()}
         cred = sigv4.parse(headers.get("authorization"))
-        if self._keys is None:
-            self._keys = AsyncConnectionPool(self.dsn, min_size=1, max_size=2, open=False,
-                                             kwargs={"autocommit": True})
-            await self._keys.open()
+        async with self._keys_lock:
+            if self._keys is None:
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+                await pool.open()
+                self._keys = pool
         async with self._keys.connection() as conn:
             with translate():
                 row = await (await conn.execute(
@@ -102,8 +106,8 @@ class Endpoint:
             raise sigv4.SignatureError("InvalidClientTokenId",
                                        "The security token included in the request is invalid.")
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        query = [(k, v) for k, v in request.query_params.multi_items()]
-        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), query, headers,
+        pairs = list(request.query_params.multi_items())
+        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), pairs, headers,
                      body)
         return str(row[1])
 
