@@ -24,6 +24,7 @@ from bench import (
     send,
     soak,
     spark,
+    sqs,
     tuning,
     worker,
 )
@@ -42,6 +43,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     spark.SCENARIO,
     fifo.SCENARIO,
     advice.SCENARIO,
+    sqs.SCENARIO,
 )
 
 

@@ -19,6 +19,7 @@ from queue_pg.cli.dashboard import dashboard
 from queue_pg.cli.redrive import redrive
 from queue_pg.cli.server import server
 from queue_pg.cli.spark import spark
+from queue_pg.cli.sqs import sqs
 from queue_pg.cli.state import State, fail
 from queue_pg.errors import QueueError, translate
 from queue_pg.worker_cli import worker_command
@@ -69,5 +70,5 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *admin.COMMANDS, *advice.COMMANDS, server,
                  spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS, redrive,
-                 dashboard):
+                 dashboard, sqs):
     main.add_command(_command)

@@ -177,7 +177,9 @@ BEGIN
                                       -- redrive tasks (57_redrive.sql)
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
                                       -- the dashboard (59_dashboard.sql)
-                                      'queue_history')
+                                      'queue_history',
+                                      -- SQS queue tags (59_sqs.sql)
+                                      'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

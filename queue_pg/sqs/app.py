@@ -1,0 +1,189 @@
+"""The ASGI app: SQS's JSON protocol (``X-Amz-Target: AmazonSQS.<Action>``) and its query
+protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg.
+
+Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
+then runs as the key's PostgreSQL role, through a client whose connections start with
+``role=<that role>`` (one small pool per role, made on first use): queue_pg's own grants decide
+what it may do. ``auth=False`` runs every request as the DSN's user, for local development.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl
+
+from psycopg import conninfo
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from queue_pg.aio import AsyncClient
+from queue_pg.errors import translate
+from queue_pg.sqs import actions, query, sigv4
+from queue_pg.sqs.errors import RequestTooLarge, describe
+
+logger = logging.getLogger("queue_pg.sqs")
+CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS."
+#: The largest request body read: SQS's 1 MiB of payload, JSON-escaped, and room for the rest.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+async def _body(request: Request) -> bytes:
+    """The body, read up to MAX_REQUEST_BYTES (an unauthenticated caller must not fill memory)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+        raise RequestTooLarge(f"Request body of {declared} bytes is over the"
+                              f" {MAX_REQUEST_BYTES} allowed")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(f"Request body is over the {MAX_REQUEST_BYTES} bytes allowed")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def role_dsn(dsn: str, role: str) -> str:
+    """``dsn`` whose sessions start as ``role`` (libpq options; spaces and backslashes escaped)."""
+    params = conninfo.conninfo_to_dict(dsn)
+    escaped = role.replace("\\", "\\\\").replace(" ", "\\ ")
+    params["options"] = f"{params.get('options') or ''} -c role={escaped}".strip()
+    return conninfo.make_conninfo("", **params)
+
+
+class Endpoint:
+    """The app's state: the owner's connection for key look-ups and a client per role."""
+
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
+        self.dsn = dsn
+        self.auth = auth
+        self.pool_size = pool_size
+        self._clients: dict[str | None, AsyncClient] = {}
+        self._keys: AsyncConnectionPool[Any] | None = None
+        self._keys_lock = asyncio.Lock()  # the first requests may come together
+
+    def client(self, role: str | None) -> AsyncClient:
+        if role not in self._clients:
+            dsn = self.dsn if role is None else role_dsn(self.dsn, role)
+            self._clients[role] = AsyncClient(dsn, min_size=0, max_size=self.pool_size)
+        return self._clients[role]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        if self._keys is not None:
+            await self._keys.close()
+            self._keys = None
+
+    async def role_of(self, request: Request, body: bytes) -> str | None:
+        """The role the request runs as; SignatureError when it is not signed by a live key."""
+        if not self.auth:
+            return None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        cred = sigv4.parse(headers.get("authorization"))
+        async with self._keys_lock:
+            if self._keys is None:
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+                await pool.open()
+                self._keys = pool
+        async with self._keys.connection() as conn:
+            with translate():
+                row = await (await conn.execute(
+                    "SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [cred.access_key]
+                )).fetchone()
+        if row is None:
+            raise sigv4.SignatureError("InvalidClientTokenId",
+                                       "The security token included in the request is invalid.")
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        pairs = list(request.query_params.multi_items())
+        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), pairs, headers,
+                     body)
+        return str(row[1])
+
+
+def _error(err: Exception, query_protocol: bool = False) -> Response:
+    code, status, query_code, sender = describe(err)
+    if status >= 500:
+        logger.exception("queue_pg.sqs: internal error", exc_info=err)
+    message = getattr(err, "message", None) or str(err)
+    if query_protocol:
+        return Response(query.error(query_code, message, sender, str(uuid.uuid4())),
+                        status_code=status, media_type="text/xml")
+    body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
+    fault = "Sender" if sender else "Receiver"
+    return Response(json.dumps(body), status_code=status, media_type=CONTENT_TYPE,
+                    headers={"x-amzn-query-error": f"{query_code};{fault}"})
+
+
+def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
+    """(action, parameters) of a JSON protocol request."""
+    target = request.headers.get("x-amz-target", "")
+    try:
+        params = json.loads(body or b"{}")
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        raise actions.MissingParameter("The request body must be a JSON object.")
+    return target.removeprefix(TARGET_PREFIX), params
+
+
+def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str, Any]]:
+    """(action, parameters) of a query protocol request: query string and form body; the queue
+    is the request's path when no QueueUrl is given, as older SDKs send it."""
+    pairs = list(request.query_params.multi_items())
+    pairs += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+    action, params = query.params(pairs)
+    if "QueueUrl" not in params and request.url.path.strip("/"):
+        params["QueueUrl"] = base + request.url.path
+    return action, params
+
+
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette:
+    """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
+
+    JSON protocol when the request has ``X-Amz-Target``, else the query protocol."""
+    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
+
+    async def handle(request: Request) -> Response:
+        is_query = "x-amz-target" not in request.headers
+        try:
+            body = await _body(request)
+            role = await endpoint.role_of(request, body)
+            base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+            name, params = (_query_call(request, body, base) if is_query
+                            else _json_call(request, body))
+            action = actions.ACTIONS.get(name)
+            if action is None:
+                raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
+                                         " valid for this endpoint.")
+            result = await action(actions.Request(endpoint.client(role), params, base))
+        except Exception as err:  # every failure answers as SQS does
+            return _error(err, is_query)
+        if is_query:
+            return Response(query.response(name, result, str(uuid.uuid4())),
+                            media_type="text/xml")
+        return Response(json.dumps(result), media_type=CONTENT_TYPE)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await endpoint.close()
+
+    routes = [Route("/{path:path}", handle, methods=["GET", "POST"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.endpoint = endpoint
+    return app
+
+
+__all__ = ["Endpoint", "create_app", "role_dsn"]

@@ -1,0 +1,45 @@
+"""queue_pg's exceptions as SQS errors: code, HTTP status, the query-compatible code SDKs read
+from ``x-amzn-query-error``, and whose fault it is (sender or receiver)."""
+
+from __future__ import annotations
+
+from queue_pg import errors
+from queue_pg.sqs import actions
+from queue_pg.sqs.sigv4 import SignatureError
+
+# class -> (JSON __type code, HTTP status, query-protocol code); the first match wins
+_TABLE: list[tuple[type[Exception], str, int, str]] = [
+    (actions.MissingParameter, "MissingParameter", 400, "MissingParameter"),
+    (actions.QueueNameExists, "QueueNameExists", 400, "QueueAlreadyExists"),
+    (errors.QueueNotFound, "QueueDoesNotExist", 400, "AWS.SimpleQueueService.NonExistentQueue"),
+    (errors.QueueAlreadyExists, "QueueNameExists", 400, "QueueAlreadyExists"),
+    (errors.GroupRequired, "MissingParameter", 400, "MissingParameter"),
+    (errors.InvalidParameter, "InvalidParameterValue", 400, "InvalidParameterValue"),
+    (errors.StaleReceipt, "ReceiptHandleIsInvalid", 400, "ReceiptHandleIsInvalid"),
+    (errors.InvalidReceipt, "ReceiptHandleIsInvalid", 400, "ReceiptHandleIsInvalid"),
+    (errors.MessageNotFound, "MessageNotInflight", 400,
+     "AWS.SimpleQueueService.MessageNotInflight"),
+    (errors.LeaseLimitExceeded, "InvalidParameterValue", 400, "InvalidParameterValue"),
+    (errors.OverLimit, "OverLimit", 403, "OverLimit"),
+    (errors.QueueInUse, "ResourceInUse", 400, "ResourceInUse"),
+    (errors.AccessDenied, "AccessDenied", 403, "AccessDenied"),
+]
+
+
+class RequestTooLarge(Exception):
+    """A request body over the endpoint's limit: refused before it is read whole, signed or not."""
+
+
+def describe(err: Exception) -> tuple[str, int, str, bool]:
+    """(code, status, query code, sender's fault) of an error; InternalError if unknown."""
+    if isinstance(err, actions.BatchError):
+        short = err.code.rsplit(".", 1)[-1]
+        return short, 400, err.code, True
+    if isinstance(err, SignatureError):
+        return err.code, 403, err.code, True
+    if isinstance(err, RequestTooLarge):
+        return "RequestEntityTooLarge", 413, "RequestEntityTooLarge", True
+    for cls, code, status, query in _TABLE:
+        if isinstance(err, cls):
+            return code, status, query, status < 500
+    return "InternalError", 500, "InternalError", False

@@ -1,0 +1,112 @@
+-- Access keys of the SQS endpoint (docs/sqs.md). Entry points of the owner and queue_pg_admin
+-- only (60_access.sql gives them to no group role): a key names the PostgreSQL role whose grants
+-- decide what its requests may do, so making one is an admin's act. An admin who is not the owner
+-- may not make a key for a role above its own (a superuser, or one with the owner's privileges),
+-- and only the owner reads secrets back: else an admin could act as the owner through the endpoint.
+
+-- A new key for `role`: an access key id (AKQP + 16 hex digits, upper case) and a 40-character
+-- secret from gen_random_uuid's randomness (122 random bits each uuid, two of them).
+CREATE OR REPLACE FUNCTION queue_pg.sqs_create_key(role name)
+RETURNS TABLE (access_key text, secret_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF role IS NULL OR to_regrole(quote_ident(role)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
+                             coalesce(quote_literal(left(role, 100)), 'NULL'));
+    END IF;
+    IF NOT queue_pg._is_owner() AND (
+        pg_has_role(to_regrole(quote_ident(role)), current_user, 'USAGE')
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role AND r.rolsuper)
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not make an SQS key for role %s',
+                             quote_literal(queue_pg._caller()), quote_literal(role)),
+            DETAIL = 'the role is a superuser or has the queue_pg owner''s privileges; only the'
+                     ' owner or a superuser makes keys for it';
+    END IF;
+    access_key := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
+    secret_key := left(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 40);
+    INSERT INTO queue_pg.sqs_keys (access_key, secret_key, role)
+    VALUES (sqs_create_key.access_key, sqs_create_key.secret_key, sqs_create_key.role);
+    RETURN NEXT;
+END $$;
+
+-- Revoke a key: true when it was live.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_revoke_key(access_key text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+    WITH r AS (
+        UPDATE queue_pg.sqs_keys k SET revoked_at = clock_timestamp()
+        WHERE k.access_key = sqs_revoke_key.access_key AND k.revoked_at IS NULL
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM r)
+$$;
+
+-- A live key's secret and role, for the endpoint's signature check; no row when unknown, revoked,
+-- or its role was dropped.
+-- The owner's only (the endpoint connects as the owner).
+CREATE OR REPLACE FUNCTION queue_pg.sqs_key(access_key text)
+RETURNS TABLE (secret_key text, role name)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not read SQS secrets',
+                             quote_literal(queue_pg._caller())),
+            DETAIL = 'only the queue_pg owner (the SQS endpoint''s own connection) reads them';
+    END IF;
+    RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
+                 WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
+                   AND to_regrole(quote_ident(k.role)) IS NOT NULL;  -- a dropped role's keys die
+END $$;
+
+-- Queue tags (SQS's TagQueue / UntagQueue / ListQueueTags); each needs `manage` on the queue.
+-- At most 50 tags a queue, keys 1 - 128 characters, values up to 256: checked after the upsert,
+-- so a call that would pass 50 changes nothing.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_tag_queue(queue text, tags jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    bad text;
+    n bigint;
+BEGIN
+    IF tags IS NULL OR jsonb_typeof(tags) <> 'object' THEN
+        PERFORM queue_pg._raise('QP003', 'tags must be a JSON object of strings');
+    END IF;
+    SELECT t.key INTO bad FROM jsonb_each(tags) t
+    WHERE length(t.key) NOT BETWEEN 1 AND 128 OR jsonb_typeof(t.value) <> 'string'
+       OR length(t.value #>> '{}') > 256
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('tag %s is invalid: allowed keys of 1 to 128 characters, string values of up to 256',
+                             quote_literal(left(bad, 130)));
+    END IF;
+    INSERT INTO queue_pg.queue_tags (queue_id, key, value)
+    SELECT q.id, t.key, t.value #>> '{}' FROM jsonb_each(tags) t
+    ON CONFLICT (queue_id, key) DO UPDATE SET value = excluded.value;
+    SELECT count(*) INTO n FROM queue_pg.queue_tags t WHERE t.queue_id = q.id;
+    IF n > 50 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('tags = %s on queue %s is invalid: allowed at most 50 a queue', n,
+                             quote_literal(q.name));
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.sqs_untag_queue(queue text, keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+BEGIN
+    DELETE FROM queue_pg.queue_tags t WHERE t.queue_id = q.id AND t.key = ANY (keys);
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg.sqs_queue_tags(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(t.key, t.value), '{}') FROM queue_pg.queue_tags t
+            WHERE t.queue_id = q.id);
+END $$;

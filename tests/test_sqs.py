@@ -1,0 +1,722 @@
+"""The SQS endpoint through boto3 (botocore signs; our server verifies), against real PostgreSQL.
+
+A real uvicorn server in a thread on a free port, per module; boto3 clients with endpoint_url
+and access keys made by ``queue_pg.sqs_create_key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("starlette")
+uvicorn = pytest.importorskip("uvicorn")
+boto3 = pytest.importorskip("boto3")
+
+from botocore.config import Config  # noqa: E402
+from botocore.exceptions import ClientError  # noqa: E402
+
+from queue_pg.sqs import create_app  # noqa: E402
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
+
+Sqs = Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def endpoint(dsn: str) -> Iterator[str]:
+    """The endpoint's URL, served by uvicorn in a thread for the module."""
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(dsn), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+def _key(dsn: str, role: str) -> tuple[str, str]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role]).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+MakeSqs = Callable[..., Sqs]
+
+
+@pytest.fixture
+def make_sqs(clean: str, endpoint: str) -> MakeSqs:
+    """``make_sqs(role=None, secret=None)``: a boto3 SQS client with a new key of ``role``
+    (None: the test database's owner), signed with ``secret`` instead of the key's if given."""
+
+    def make(role: str | None = None, secret: str | None = None) -> Sqs:
+        if role is None:
+            with psycopg.connect(clean) as c:
+                role = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+        access, real = _key(clean, role)
+        return boto3.client(
+            "sqs", endpoint_url=endpoint, region_name="us-east-1",
+            aws_access_key_id=access, aws_secret_access_key=secret or real,
+            config=Config(retries={"max_attempts": 1}, read_timeout=60),
+        )
+
+    return make
+
+
+@pytest.fixture
+def sqs(make_sqs: MakeSqs) -> Sqs:
+    return make_sqs()
+
+
+def code(err: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(err.value.response["Error"]["Code"])
+
+
+def status(err: pytest.ExceptionInfo[ClientError]) -> int:
+    return int(err.value.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+# --- queues -------------------------------------------------------------------------------------
+
+def test_queue_lifecycle(sqs: Sqs, endpoint: str) -> None:
+    url = sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "45",
+                                                          "DelaySeconds": "0"})["QueueUrl"]
+    assert url == f"{endpoint}/000000000000/jobs"
+    assert sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "45"})["QueueUrl"] == url
+    assert sqs.get_queue_url(QueueName="jobs")["QueueUrl"] == url
+    sqs.create_queue(QueueName="jobs-b")
+    sqs.create_queue(QueueName="other")
+    assert sqs.list_queues(QueueNamePrefix="jobs")["QueueUrls"] == [url, url + "-b"]
+    page = sqs.list_queues(MaxResults=2)
+    assert len(page["QueueUrls"]) == 2 and "NextToken" in page
+    rest = sqs.list_queues(MaxResults=2, NextToken=page["NextToken"])
+    assert rest["QueueUrls"] == [f"{endpoint}/000000000000/other"]
+
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "45"
+    assert attrs["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:jobs"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={
+        "VisibilityTimeout": "12", "MessageRetentionPeriod": "600", "DelaySeconds": "1",
+        "ReceiveMessageWaitTimeSeconds": "2", "MaximumMessageSize": "2048"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds",
+        "ReceiveMessageWaitTimeSeconds", "MaximumMessageSize"])["Attributes"]
+    assert attrs == {"VisibilityTimeout": "12", "MessageRetentionPeriod": "600",
+                     "DelaySeconds": "1", "ReceiveMessageWaitTimeSeconds": "2",
+                     "MaximumMessageSize": "2048"}
+
+    with pytest.raises(ClientError) as err:
+        sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "99"})
+    assert code(err) == "QueueAlreadyExists"
+    with pytest.raises(ClientError) as err:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "-1"})
+    assert code(err) == "InvalidParameterValue" and status(err) == 400
+
+    # tags: at creation, added, replaced, removed; SQS's limits
+    tagged = sqs.create_queue(QueueName="tagged", tags={"team": "mail"})["QueueUrl"]
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "mail"}
+    sqs.tag_queue(QueueUrl=tagged, Tags={"team": "billing", "env": "ci"})
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"team": "billing", "env": "ci"}
+    sqs.untag_queue(QueueUrl=tagged, TagKeys=["team", "absent"])
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "ci"}
+    with pytest.raises(ClientError) as err:
+        sqs.tag_queue(QueueUrl=tagged, Tags={f"k{i}": "v" for i in range(50)})
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        sqs.tag_queue(QueueUrl=tagged, Tags={"long": "v" * 257})
+    assert code(err) == "InvalidParameterValue"
+    assert sqs.list_queue_tags(QueueUrl=tagged)["Tags"] == {"env": "ci"}
+
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist) as gone:
+        sqs.get_queue_url(QueueName="jobs")
+    assert status(gone) == 400  # type: ignore[arg-type]
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+def test_send_receive_delete_with_attributes_and_digests(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="mail")["QueueUrl"]
+    attrs = {"kind": {"DataType": "String", "StringValue": "welcome"},
+             "n": {"DataType": "Number", "StringValue": "42"},
+             "raw": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"}}
+    body = 'hello "world" ✓'
+    sent = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+    # boto3 itself checks both digests on send and on receive and raises when one differs
+    assert sent["MD5OfMessageBody"] == hashlib.md5(body.encode()).hexdigest()
+    assert "MD5OfMessageAttributes" in sent
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                              AttributeNames=["All"])["Messages"]
+    assert len(got) == 1 and got[0]["Body"] == body
+    assert got[0]["MessageAttributes"] == attrs
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert int(got[0]["Attributes"]["SentTimestamp"]) > 0
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])  # a retry: fine
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0) or \
+        sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)["Messages"] == []
+    with pytest.raises(ClientError) as err:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-receipt")
+    assert code(err) == "ReceiptHandleIsInvalid"
+
+
+def _receive(sqs: Sqs, url: str, **kw: Any) -> list[dict[str, Any]]:
+    return list(sqs.receive_message(QueueUrl=url, **kw).get("Messages", []))
+
+
+def test_visibility_delay_and_stale_receipts(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="work", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
+    first = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert [m["Body"] for m in first] == ["a"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"],
+            attrs["ApproximateNumberOfMessagesDelayed"]) == ("0", "1", "1")
+    # release the lease: visible again at once, and received with a new receipt
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"],
+                                  VisibilityTimeout=0)
+    again = _receive(sqs, url, WaitTimeSeconds=0, AttributeNames=["ApproximateReceiveCount"])
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    # the first receipt is stale: its delete succeeds as in SQS but deletes nothing
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    attrs = sqs.get_queue_attributes(QueueUrl=url,
+                                     AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    with pytest.raises(ClientError) as err:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"],
+                                      VisibilityTimeout=5)
+    assert code(err) == "ReceiptHandleIsInvalid"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
+    assert sqs.purge_queue(QueueUrl=url)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessagesDelayed"] == "0"
+
+
+def test_long_poll_returns_when_a_message_arrives(sqs: Sqs, make_sqs: MakeSqs) -> None:
+    url = sqs.create_queue(QueueName="poll")["QueueUrl"]
+    other = make_sqs()
+    got: list[list[dict[str, Any]]] = []
+    waiter = threading.Thread(target=lambda: got.append(_receive(sqs, url, WaitTimeSeconds=20)))
+    waiter.start()
+    time.sleep(0.5)
+    other.send_message(QueueUrl=url, MessageBody="wake up")
+    waiter.join(30)
+    assert [m["Body"] for m in got[0]] == ["wake up"]
+    # an empty long poll returns empty (its length is not asserted: the machine is shared)
+    assert _receive(sqs, url, WaitTimeSeconds=1) == []
+    # without WaitTimeSeconds the queue's ReceiveMessageWaitTimeSeconds applies
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"ReceiveMessageWaitTimeSeconds": "20"})
+    got.clear()
+    waiter = threading.Thread(target=lambda: got.append(_receive(sqs, url)))
+    waiter.start()
+    time.sleep(0.5)
+    other.send_message(QueueUrl=url, MessageBody="by default")
+    waiter.join(30)
+    assert [m["Body"] for m in got[0]] == ["by default"]
+
+
+def test_batches_with_partial_failures(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="bulk", Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    out = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "MessageBody": "one",
+         "MessageAttributes": {"k": {"DataType": "String", "StringValue": "v"}}},
+        {"Id": "big", "MessageBody": "x" * 5000},
+        {"Id": "b", "MessageBody": "two", "DelaySeconds": 0},
+    ])
+    assert sorted(e["Id"] for e in out["Successful"]) == ["a", "b"]
+    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in out["Failed"]] == [
+        ("big", "InvalidParameterValue", True)]
+    got = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert sorted(m["Body"] for m in got) == ["one", "two"]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "x", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "y", "ReceiptHandle": "garbage", "VisibilityTimeout": 60},
+    ])
+    assert [e["Id"] for e in changed["Successful"]] == ["x"]
+    assert [(f["Id"], f["Code"]) for f in changed["Failed"]] == [("y", "ReceiptHandleIsInvalid")]
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "1", "ReceiptHandle": got[0]["ReceiptHandle"]},
+        {"Id": "2", "ReceiptHandle": got[1]["ReceiptHandle"]},
+        {"Id": "3", "ReceiptHandle": "garbage"},
+    ])
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["1", "2"]
+    assert [f["Id"] for f in deleted["Failed"]] == ["3"]
+    # a batch that is all good is one statement; one with a bad entry goes entry by entry
+    good = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "MessageBody": f"m{i}",
+         "MessageAttributes": {"i": {"DataType": "Number", "StringValue": str(i)}}}
+        for i in range(10)])
+    assert len(good["Successful"]) == 10 and good.get("Failed", []) == []
+    got = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                   MessageAttributeNames=["All"])
+    assert len(got) == 10
+    assert {m["Body"]: m["MessageAttributes"]["i"]["StringValue"] for m in got} == {
+        f"m{i}": str(i) for i in range(10)}
+    twice = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "ReceiptHandle": got[0]["ReceiptHandle"]},
+        {"Id": "b", "ReceiptHandle": got[0]["ReceiptHandle"]}])
+    assert sorted(e["Id"] for e in twice["Successful"]) == ["a", "b"]
+    with pytest.raises(ClientError) as err:
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": "m"} for i in range(11)])
+    assert code(err) == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
+    with pytest.raises(ClientError) as err:
+        sqs.delete_message_batch(QueueUrl=url, Entries=[
+            {"Id": "same", "ReceiptHandle": "r"}, {"Id": "same", "ReceiptHandle": "r"}])
+    assert code(err) == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+
+
+def test_dead_letter_after_max_receive_count(sqs: Sqs) -> None:
+    dlq = sqs.create_queue(QueueName="orders-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    url = sqs.create_queue(QueueName="orders", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    assert json.loads(got["Attributes"]["RedrivePolicy"]) == json.loads(policy)
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [url]
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    for _ in range(2):
+        (m,) = _receive(sqs, url, WaitTimeSeconds=0)
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                      VisibilityTimeout=0)
+    assert _receive(sqs, url, WaitTimeSeconds=0) == []
+    assert [m["Body"] for m in _receive(sqs, dlq, WaitTimeSeconds=0)] == ["poison"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == []
+
+
+def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
+    url = sqs.create_queue(QueueName="seq.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "false"})["QueueUrl"]
+    assert url == f"{endpoint}/000000000000/seq.fifo"
+    assert sqs.get_queue_url(QueueName="seq.fifo")["QueueUrl"] == url
+    first = sqs.send_message(QueueUrl=url, MessageBody="1", MessageGroupId="g",
+                             MessageDeduplicationId="d1")
+    dup = sqs.send_message(QueueUrl=url, MessageBody="1 again", MessageGroupId="g",
+                           MessageDeduplicationId="d1")
+    assert dup["MessageId"] == first["MessageId"]
+    sqs.send_message(QueueUrl=url, MessageBody="2", MessageGroupId="g",
+                     MessageDeduplicationId="d2")
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="no group", MessageDeduplicationId="d3")
+    assert code(err) == "MissingParameter"
+    # one message of a group at a time, in send order
+    (m,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    assert m["Body"] == "1"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert [x["Body"] for x in _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)] == ["2"]
+    with pytest.raises(ClientError) as err:
+        sqs.create_queue(QueueName="plain.fifo")
+    assert code(err) == "InvalidParameterValue"
+    # a FIFO dead-letter queue's ARN keeps its .fifo
+    dlq = sqs.create_queue(QueueName="seq-dlq.fifo", Attributes={"FifoQueue": "true"})
+    arn = sqs.get_queue_attributes(QueueUrl=dlq["QueueUrl"], AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    assert arn.endswith(":seq-dlq.fifo")
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn, "maxReceiveCount": 3})})
+    policy = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    assert json.loads(policy["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"] == arn
+
+
+
+# --- authentication and grants ------------------------------------------------------------------
+
+def test_unsigned_and_wrongly_signed_requests_are_refused(
+    make_sqs: MakeSqs, endpoint: str, clean: str
+) -> None:
+    from botocore import UNSIGNED
+
+    unsigned = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                            config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1}))
+    with pytest.raises(ClientError) as err:
+        unsigned.list_queues()
+    assert code(err) == "MissingAuthenticationToken" and status(err) == 403
+    wrong = make_sqs(secret="x" * 40)
+    with pytest.raises(ClientError) as err:
+        wrong.list_queues()
+    assert code(err) == "SignatureDoesNotMatch" and status(err) == 403
+    unknown = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="AKQPUNKNOWNKEY00000", aws_secret_access_key="s" * 40,
+                           config=Config(retries={"max_attempts": 1}))
+    with pytest.raises(ClientError) as err:
+        unknown.list_queues()
+    assert code(err) == "InvalidClientTokenId"
+    # a revoked key is refused from its next request on
+    good = make_sqs()
+    good.list_queues()
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.sqs_revoke_key(%s)",
+                  [good._request_signer._credentials.access_key])
+    with pytest.raises(ClientError) as err:
+        good.list_queues()
+    assert code(err) == "InvalidClientTokenId"
+
+
+def test_a_keys_role_gets_its_grants_only(
+    sqs: Sqs, make_sqs: MakeSqs, make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    mine = sqs.create_queue(QueueName="mine")["QueueUrl"]
+    theirs = sqs.create_queue(QueueName="theirs")["QueueUrl"]
+    worker = make_role("sqsworker", PRODUCER, CONSUMER)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.grant('mine', %s, 'send')", [worker.name])
+        c.execute("SELECT queue_pg.grant('mine', %s, 'receive')", [worker.name])
+    w = make_sqs(worker.name)
+    w.send_message(QueueUrl=mine, MessageBody="ok")
+    assert [m["Body"] for m in _receive(w, mine, WaitTimeSeconds=0)] == ["ok"]
+    assert _receive(w, mine, WaitTimeSeconds=1) == []  # a long poll as the role: LISTEN too
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.grant('mine', %s, 'manage')", [worker.name])
+    w.tag_queue(QueueUrl=mine, Tags={"owner": "worker"})  # a manage grant lets it tag
+    assert w.list_queue_tags(QueueUrl=mine)["Tags"] == {"owner": "worker"}
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.revoke('mine', %s, 'manage')", [worker.name])
+    # names are not secret in queue_pg (list_queues is open to the group roles); contents are
+    assert w.list_queues()["QueueUrls"] == [mine, theirs]
+    for call in (lambda: w.send_message(QueueUrl=theirs, MessageBody="no"),
+                 lambda: w.receive_message(QueueUrl=theirs, WaitTimeSeconds=0),
+                 lambda: w.purge_queue(QueueUrl=mine),
+                 lambda: w.tag_queue(QueueUrl=mine, Tags={"mine": "now"}),
+                 lambda: w.list_queue_tags(QueueUrl=mine),
+                 lambda: w.create_queue(QueueName="new")):
+        with pytest.raises(ClientError) as err:
+            call()
+        assert code(err) == "AccessDenied" and status(err) == 403
+    with pytest.raises(ClientError) as err:  # the whole batch, as SQS does
+        w.send_message_batch(QueueUrl=theirs, Entries=[{"Id": "1", "MessageBody": "no"}])
+    assert code(err) == "AccessDenied"
+    assert _receive(sqs, theirs, WaitTimeSeconds=0) == []
+    # a key whose role was dropped is refused like an unknown one
+    import uuid
+
+    gone = f"qp_sqsgone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(f'CREATE ROLE "{gone}"')
+    g = make_sqs(gone)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(f'DROP ROLE "{gone}"')
+    with pytest.raises(ClientError) as err:
+        g.list_queues()
+    assert code(err) == "InvalidClientTokenId"
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def test_cli_serves_and_manages_keys(clean: str) -> None:
+    """`queue-pg sqs key create`, `queue-pg sqs --port`, then `key revoke`: real processes."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    CLI = [sys.executable, "-c", "from queue_pg.cli import main; main()"]
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([*CLI, "--dsn", clean, "sqs", *args],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    lines = dict(line.split() for line in cli("key", "create", owner).splitlines())
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*CLI, "--dsn", clean, "sqs", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
+                           aws_access_key_id=lines["aws_access_key_id"],
+                           aws_secret_access_key=lines["aws_secret_access_key"],
+                           config=Config(retries={"max_attempts": 1}))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                url = sqs.create_queue(QueueName="cli")["QueueUrl"]
+                break
+            except Exception:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the endpoint did not answer"
+                time.sleep(0.2)
+        sqs.send_message(QueueUrl=url, MessageBody="via cli")
+        assert [m["Body"] for m in _receive(sqs, url, WaitTimeSeconds=1)] == ["via cli"]
+        assert "revoked" in cli("key", "revoke", lines["aws_access_key_id"])
+        with pytest.raises(ClientError) as err:
+            sqs.list_queues()
+        assert code(err) == "InvalidClientTokenId"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_oversized_requests_are_refused_before_reading(endpoint: str) -> None:
+    """A declared length over the limit is answered before any of the body is read."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from queue_pg.sqs.app import MAX_REQUEST_BYTES
+
+    where = urlsplit(endpoint)
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
+    try:
+        conn.putrequest("POST", "/")
+        conn.putheader("X-Amz-Target", "AmazonSQS.ListQueues")
+        conn.putheader("Content-Type", "application/x-amz-json-1.0")
+        conn.putheader("Content-Length", str(MAX_REQUEST_BYTES + 1))
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 413
+        assert json.loads(response.read())["__type"].endswith("#RequestEntityTooLarge")
+    finally:
+        conn.close()
+
+
+def test_keys_an_admin_may_make_and_read(
+    make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    """A queue_pg_admin member makes keys for ordinary roles, not for the owner or a superuser,
+    and reads no secret back (it could act as any key's role through the endpoint)."""
+    from queue_pg import AccessDenied, InvalidParameter
+    from queue_pg.errors import translate
+    from tests.test_access import ADMIN
+
+    admin = make_role("sqsadmin", ADMIN)
+    worker = make_role("sqsplain", PRODUCER)
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    with admin.connect() as c:
+        access, _secret = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)",
+                                    [worker.name]).fetchone()  # type: ignore[misc]
+        for role in (owner, "postgres"):
+            with pytest.raises(AccessDenied), translate():
+                c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
+        with pytest.raises(InvalidParameter), translate():
+            c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", ["no_such_role_at_all"])
+        with pytest.raises(AccessDenied), translate():
+            c.execute("SELECT * FROM queue_pg.sqs_key(%s)", [access])
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT * FROM queue_pg.sqs_keys")
+        assert c.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access]).fetchone() == (True,)
+    with worker.connect() as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])
+
+
+def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
+    """The AWS command line (its own botocore) against the endpoint, unchanged."""
+    import os
+    import shutil
+    import subprocess
+
+    aws = shutil.which("aws")
+    if aws is None:
+        pytest.skip("the AWS CLI (aws) is not installed")
+    creds = make_sqs()._request_signer._credentials
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": creds.access_key,
+           "AWS_SECRET_ACCESS_KEY": creds.secret_key, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    env.pop("PYTHONPATH", None)
+
+    def run(*args: str) -> Any:
+        done = subprocess.run([aws, "--endpoint-url", endpoint, "--output", "json", "sqs", *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    url = run("create-queue", "--queue-name", "cli-q")["QueueUrl"]
+    run("send-message", "--queue-url", url, "--message-body", "from the cli",
+        "--message-attributes", '{"k": {"DataType": "String", "StringValue": "v"}}')
+    got = run("receive-message", "--queue-url", url, "--wait-time-seconds", "1",
+              "--message-attribute-names", "All")
+    (m,) = got["Messages"]
+    assert m["Body"] == "from the cli" and m["MessageAttributes"]["k"]["StringValue"] == "v"
+    run("delete-message", "--queue-url", url, "--receipt-handle", m["ReceiptHandle"])
+    attrs = run("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")
+    assert attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "0"
+    run("delete-queue", "--queue-url", url)
+
+
+def test_celery_sqs_transport_end_to_end(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
+    """An unchanged Celery app on its sqs:// transport: tasks run by a real worker process, and a
+    killed worker's task runs again after the visibility timeout, in a new worker."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from urllib.parse import quote
+
+    pytest.importorskip("celery")
+    pytest.importorskip("pycurl")  # kombu's SQS transport polls through it
+    creds = make_sqs()._request_signer._credentials
+    where = endpoint.removeprefix("http://")
+    out = tmp_path / "runs.txt"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "QP_SQS_OUT": str(out),
+           "QP_SQS_BROKER": f"sqs://{quote(creds.access_key, safe='')}:"
+                            f"{quote(creds.secret_key, safe='')}@{where}"}
+    worker_cmd = [sys.executable, "-m", "celery", "-A", "tests.sqs_apps.celery_sqs", "worker",
+                  "--pool", "solo", "--loglevel", "WARNING", "--without-heartbeat",
+                  "--without-gossip", "--without-mingle"]
+
+    def lines() -> list[str]:
+        return out.read_text().splitlines() if out.exists() else []
+
+    def wait_for(check: Callable[[], bool], what: str, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: {lines()}"
+            time.sleep(0.2)
+
+    send = subprocess.run(
+        [sys.executable, "-c", "from tests.sqs_apps.celery_sqs import add, slow\n"
+         "for i in range(5): add.delay(i, 100)\n" "slow.delay('x')"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert send.returncode == 0, send.stderr
+    worker = subprocess.Popen(worker_cmd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: "start x" in lines(), "the slow task never started")
+        wait_for(lambda: sum(x.startswith("add") for x in lines()) == 5, "the adds never ran")
+        assert sorted(x for x in lines() if x.startswith("add")) == [
+            f"add {i + 100}" for i in range(5)]
+        os.killpg(worker.pid, signal.SIGKILL)  # mid-task: the message stays leased
+        worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(30)
+    again = subprocess.Popen(worker_cmd, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: "done x" in lines(), "the killed worker's task was not delivered again")
+        assert lines().count("start x") == 2
+    finally:
+        os.killpg(again.pid, signal.SIGTERM)
+        try:
+            again.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(again.pid, signal.SIGKILL)
+            again.wait(30)
+
+
+def test_malformed_values_are_the_senders_fault(sqs: Sqs, endpoint: str) -> None:
+    """Values boto3 would not send (it validates first), signed by botocore and sent raw."""
+    import urllib.error
+    import urllib.request
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    url = sqs.create_queue(QueueName="raw")["QueueUrl"]
+    creds = sqs._request_signer._credentials
+
+    def call(action: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        req = AWSRequest("POST", endpoint + "/", data=json.dumps(params).encode(), headers={
+            "X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"})
+        SigV4Auth(creds, "sqs", "us-east-1").add_auth(req)
+        prepared = req.prepare()
+        raw = urllib.request.Request(prepared.url, data=prepared.body, method="POST",
+                                     headers=dict(prepared.headers))
+        try:
+            with urllib.request.urlopen(raw, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    for action, params in [
+        ("SendMessage", {"QueueUrl": url, "MessageBody": "x", "DelaySeconds": "soon"}),
+        ("SetQueueAttributes", {"QueueUrl": url, "Attributes": {"VisibilityTimeout": 5}}),
+        ("ReceiveMessage", {"QueueUrl": url, "MaxNumberOfMessages": 11}),
+        ("ChangeMessageVisibility", {"QueueUrl": url, "ReceiptHandle": "r",
+                                     "VisibilityTimeout": "x"}),
+    ]:
+        got = call(action, params)
+        assert got[0] == 400 and got[1]["__type"].endswith("#InvalidParameterValue"), (action, got)
+    assert call("NoSuchAction", {})[1]["__type"].endswith("#InvalidAction")
+    assert call("ListQueues", {})[0] == 200
+
+
+def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
+    """SQS's query protocol of older SDKs: form parameters signed by botocore, XML answers."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlencode
+    from xml.etree import ElementTree
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    creds = sqs._request_signer._credentials
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+
+    def call(params: dict[str, Any], path: str = "/") -> tuple[int, ElementTree.Element]:
+        req = AWSRequest("POST", endpoint + path,
+                         data=urlencode({"Version": "2012-11-05", **params}).encode(),
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        SigV4Auth(creds, "sqs", "us-east-1").add_auth(req)
+        p = req.prepare()
+        raw = urllib.request.Request(p.url, data=p.body, method="POST", headers=dict(p.headers))
+        try:
+            with urllib.request.urlopen(raw, timeout=60) as response:
+                return response.status, ElementTree.fromstring(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, ElementTree.fromstring(err.read())
+
+    status, x = call({"Action": "CreateQueue", "QueueName": "old-sdk",
+                      "Attribute.1.Name": "VisibilityTimeout", "Attribute.1.Value": "40"})
+    assert status == 200
+    url = x.findtext("s:CreateQueueResult/s:QueueUrl", namespaces=ns)
+    assert url == f"{endpoint}/000000000000/old-sdk"
+    _, x = call({"Action": "GetQueueAttributes", "QueueUrl": url,
+                 "AttributeName.1": "VisibilityTimeout"})
+    assert [(a.findtext("s:Name", namespaces=ns), a.findtext("s:Value", namespaces=ns))
+            for a in x.iterfind(".//s:Attribute", ns)] == [("VisibilityTimeout", "40")]
+    _, x = call({"Action": "SendMessage", "MessageBody": "<b>&amp;</b>",
+                 "MessageAttribute.1.Name": "k", "MessageAttribute.1.Value.DataType": "String",
+                 "MessageAttribute.1.Value.StringValue": "v"}, path="/000000000000/old-sdk")
+    assert x.findtext(".//s:MD5OfMessageBody", namespaces=ns) == hashlib.md5(
+        b"<b>&amp;</b>").hexdigest()
+    _, x = call({"Action": "SendMessageBatch", "QueueUrl": url,
+                 "SendMessageBatchRequestEntry.1.Id": "a",
+                 "SendMessageBatchRequestEntry.1.MessageBody": "second",
+                 "SendMessageBatchRequestEntry.2.Id": "b",
+                 "SendMessageBatchRequestEntry.2.MessageBody": "third"})
+    assert [e.findtext("s:Id", namespaces=ns)
+            for e in x.iterfind(".//s:SendMessageBatchResultEntry", ns)] == ["a", "b"]
+    _, x = call({"Action": "ReceiveMessage", "QueueUrl": url, "MaxNumberOfMessages": "10",
+                 "MessageAttributeName.1": "All", "AttributeName.1": "All"})
+    messages = list(x.iterfind(".//s:Message", ns))
+    assert sorted(m.findtext("s:Body", namespaces=ns) or "" for m in messages) == [
+        "<b>&amp;</b>", "second", "third"]
+    first = next(m for m in messages if m.findtext("s:Body", namespaces=ns) == "<b>&amp;</b>")
+    assert first.findtext("s:MessageAttribute/s:Value/s:StringValue", namespaces=ns) == "v"
+    handles = {f"DeleteMessageBatchRequestEntry.{i}.{k}": v for i, m in enumerate(messages, 1)
+               for k, v in (("Id", f"e{i}"),
+                            ("ReceiptHandle", m.findtext("s:ReceiptHandle", namespaces=ns)))}
+    _, x = call({"Action": "DeleteMessageBatch", "QueueUrl": url, **handles})
+    assert len(list(x.iterfind(".//s:DeleteMessageBatchResultEntry", ns))) == 3
+    status, x = call({"Action": "GetQueueUrl", "QueueName": "absent"})
+    assert status == 400
+    assert x.findtext("s:Error/s:Code", namespaces=ns) == "AWS.SimpleQueueService.NonExistentQueue"
+    _, x = call({"Action": "ListQueues", "QueueNamePrefix": "old"})
+    assert [u.text for u in x.iterfind(".//s:QueueUrl", ns)] == [url]
