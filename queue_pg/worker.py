@@ -37,6 +37,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queue_pg import joblog
+from queue_pg.acks import FLUSH_DELAY
 from queue_pg.backoff import Backoff
 from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, Job, LeaseLost, Reject, current_job, job_var
@@ -104,7 +105,10 @@ class Worker(WorkerBase["Client", SyncHandler]):
         self._running: set[Job] = set()
         self._inbox: SimpleQueue[Job | None] = SimpleQueue()
         self._stop_signal: int | None = None
+        self._want_first = False  # the receive loop waits for the first slot to free
         self._beat_wake = threading.Event()
+        #: When (time.monotonic) the heartbeat thread wakes by itself; 0.0 while it is awake.
+        self._beat_until = 0.0
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._scheduler = Scheduler(self._registry, self.settings.queues)
@@ -162,15 +166,21 @@ class Worker(WorkerBase["Client", SyncHandler]):
         :func:`gathered`); how many are."""
         since = monotonic()
         with self._cond:
-            while not self._stop_requested:
-                free = self.settings.concurrency - len(self._running)
-                if free > 0 and gathered(free, self.settings.concurrency, since):
-                    return free
-                if free > 0:
-                    self._cond.wait(max(0.0, since + GATHER - monotonic()))
-                else:
-                    since = monotonic()
-                    self._cond.wait(0.1)
+            try:
+                while not self._stop_requested:
+                    free = self.settings.concurrency - len(self._running)
+                    if free > 0 and gathered(free, self.settings.concurrency, since):
+                        return free
+                    if free > 0 or monotonic() < since + GATHER:
+                        # just started them all: short jobs free every slot within GATHER,
+                        # and only the last one wakes us (one thread switch a round, not two)
+                        self._cond.wait(max(0.0, since + GATHER - monotonic()))
+                    else:  # long jobs: wake at the first free slot
+                        self._want_first = True
+                        since = monotonic()
+                        self._cond.wait(0.1)
+            finally:
+                self._want_first = False
         return 0
 
     def _loop(self) -> None:
@@ -243,10 +253,10 @@ class Worker(WorkerBase["Client", SyncHandler]):
                     job.beating = False
                 with self._cond:
                     self._running.discard(job)
-                    # the receive loop waits for the first free slot, then (timed) for the
-                    # rest: wake it for the first and the last, not for each job
+                    # the receive loop waits (timed) for the rest once a slot is free: wake
+                    # it for the last, and for the first when it asked (see _free_slots)
                     free = self.settings.concurrency - len(self._running)
-                    if free in (1, self.settings.concurrency):
+                    if free == self.settings.concurrency or (free == 1 and self._want_first):
                         self._cond.notify_all()
 
     def _handle(self, job: Job) -> None:
@@ -273,7 +283,12 @@ class Worker(WorkerBase["Client", SyncHandler]):
     # --- heartbeat --------------------------------------------------------------------------------
 
     def _acks_wake(self) -> None:
-        self._beat_wake.set()
+        # Only when the heartbeat thread would sleep well past the flush: a busy worker sets a
+        # new flush time each round, and waking a thread for it each time costs a context
+        # switch per round (the thread wakes at the old time anyway and sleeps on to the new).
+        due = self._acks.due()
+        if due is None or due + FLUSH_DELAY < self._beat_until:
+            self._beat_wake.set()
 
     def _heartbeat(self) -> None:
         """One thread renews every running job's lease when it is due, and deletes finished
@@ -302,7 +317,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 due = min(due, job.next_beat)
                 if job.deadline is not None:
                     due = min(due, job.deadline)
-            self._beat_wake.wait(max(0.0, due - monotonic()))
+            self._beat_until = due
+            flush_at = self._acks.due()  # one added before _beat_until was set did not wake us
+            if flush_at is None or flush_at >= due:
+                self._beat_wake.wait(max(0.0, due - monotonic()))
+            self._beat_until = 0.0
             self._beat_wake.clear()
 
     def _beat(self, job: Job) -> None:
