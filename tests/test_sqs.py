@@ -442,6 +442,9 @@ def test_unsigned_and_wrongly_signed_requests_are_refused(
     assert code(err) == "InvalidClientTokenId"
 
 
+MINE_ARN = "arn:aws:sqs:us-east-1:000000000000:mine"
+
+
 def test_a_keys_role_gets_its_grants_only(
     sqs: Sqs, make_sqs: MakeSqs, make_role: MakeRole, clean: str  # noqa: F811
 ) -> None:
@@ -468,7 +471,9 @@ def test_a_keys_role_gets_its_grants_only(
                  lambda: w.purge_queue(QueueUrl=mine),
                  lambda: w.tag_queue(QueueUrl=mine, Tags={"mine": "now"}),
                  lambda: w.list_queue_tags(QueueUrl=mine),
-                 lambda: w.create_queue(QueueName="new")):
+                 lambda: w.create_queue(QueueName="new"),
+                 lambda: w.start_message_move_task(SourceArn=MINE_ARN),
+                 lambda: w.list_message_move_tasks(SourceArn=MINE_ARN)):
         with pytest.raises(ClientError) as err:
             call()
         assert code(err) == "AccessDenied" and status(err) == 403
@@ -788,3 +793,9 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     assert x.findtext("s:Error/s:Code", namespaces=ns) == "AWS.SimpleQueueService.NonExistentQueue"
     _, x = call({"Action": "ListQueues", "QueueNamePrefix": "old"})
     assert [u.text for u in x.iterfind(".//s:QueueUrl", ns)] == [url]
+    source = "arn:aws:sqs:us-east-1:000000000000:old-sdk"
+    status, x = call({"Action": "StartMessageMoveTask", "SourceArn": source})
+    assert status == 200 and x.findtext(".//s:TaskHandle", namespaces=ns)
+    _, x = call({"Action": "ListMessageMoveTasks", "SourceArn": source})
+    assert x.findtext(".//s:Status", namespaces=ns) == "COMPLETED"
+    assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"
