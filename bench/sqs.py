@@ -5,19 +5,22 @@ One producer, then one consumer, in this process: ``send`` (one message a call),
 (10 a call: SendMessageBatch / ``send_batch``), and ``receive + delete`` (up to 10 a receive, then
 one DeleteMessageBatch / ``delete_batch``) until the queue is empty. The endpoint runs as
 ``queue-pg sqs`` in a process of its own (uvicorn, one worker) with a key of the database owner,
-so its figures include SigV4 on both sides, HTTP and JSON. A local SQS emulator beside them is not
-measured yet.
+so its figures include SigV4 on both sides, HTTP and JSON. Beside them, the same boto3 work
+against moto's server (``pip install 'moto[server]'``), a local SQS emulator that keeps its
+queues in memory, also in a process of its own; "n/a (why)" when it is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,25 @@ def _rate(n: int, work: Callable[[], int]) -> float:
     done = work()
     assert done == n, f"handled {done} of {n}"
     return n / (time.perf_counter() - began)
+
+
+@contextlib.contextmanager
+def _serve(argv: list[str]) -> Iterator[str]:
+    """Run ``python <argv> <free port>`` as a server process; its URL once it listens."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, *argv, str(port)], env=os.environ.copy(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def _boto3(url: str, key: tuple[str, str], n: int) -> dict[str, float]:
@@ -128,41 +150,36 @@ def run(args: argparse.Namespace) -> int:
             machine = machine_info(conn)
             row = conn.execute("SELECT * FROM queue_pg.sqs_create_key(current_user)").fetchone()
         assert row is not None
-        port = _free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", dsn, "sqs",
-             "--port", str(port)], env=os.environ.copy(),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            for _ in range(300):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        with _serve(["-c", "from queue_pg.cli import main; main()", "--dsn", dsn, "sqs",
+                     "--port"]) as url:
             log(f"boto3 through the endpoint, {n} messages a phase...")
             through = _boto3(url, (row[0], row[1]), n)
-        finally:
-            server.terminate()
-            server.wait(30)
         log(f"queue_pg.Client, {n} messages a phase...")
         direct = _client(dsn, n)
+    emulator: dict[str, float] | str
+    if importlib.util.find_spec("moto.server") is None or importlib.util.find_spec("flask") is None:
+        emulator = "n/a (moto[server] not installed)"
+    else:
+        with _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"]) as url:
+            log(f"boto3 against moto's server, {n} messages a phase...")
+            emulator = _boto3(url, ("testing", "testing"), n)
     phases = [("send, 1 a call", "send"), ("send, 10 a call", "send_batch"),
               ("receive 10 + delete batch (after single sends)", "drain_1"),
               ("receive 10 + delete batch (after batch sends)", "drain_2")]
     rows: list[list[Any]] = [
-        [label, f"{through[k]:,.0f}", f"{direct[k]:,.0f}", f"{direct[k] / through[k]:.1f}x"]
+        [label, f"{through[k]:,.0f}", f"{direct[k]:,.0f}", f"{direct[k] / through[k]:.1f}x",
+         emulator if isinstance(emulator, str) else f"{emulator[k]:,.0f}"]
         for label, k in phases
     ]
     markdown = "\n\n".join([
         "# SQS endpoint: messages per second, boto3 through the endpoint vs queue_pg.Client",
         f"`{args.command_line}` — {n} messages a phase, one client thread; {machine_line(machine)}",
-        markdown_table(["phase", "boto3 → endpoint", "queue_pg.Client", "direct / endpoint"],
-                       rows, "lrrr"),
+        markdown_table(["phase", "boto3 → endpoint", "queue_pg.Client", "direct / endpoint",
+                        "boto3 → moto server"], rows, "lrrrr"),
     ])
     data = {"scenario": "sqs", "command": args.command_line, "dsn": redact_dsn(args.dsn),
-            "machine": machine, "messages": n, "boto3_endpoint": through, "client": direct}
+            "machine": machine, "messages": n, "boto3_endpoint": through, "client": direct,
+            "boto3_moto_server": emulator}
     for path in write_results(out, RESULT_NAME, data, markdown):
         log(f"wrote {path}")
     log(markdown)

@@ -341,6 +341,74 @@ def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
 
 
 
+def _dead_lettered(sqs: Sqs, prefix: str, bodies: list[str]) -> tuple[str, str, str]:
+    """(source URL, dead-letter queue URL, its ARN) with ``bodies`` dead-lettered."""
+    dlq = sqs.create_queue(QueueName=f"{prefix}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
+    url = sqs.create_queue(QueueName=prefix, Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    for body in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    receipts: dict[str, str] = {}
+    while len(receipts) < len(bodies):  # each received once, on a lease long enough
+        receipts |= {m["Body"]: m["ReceiptHandle"] for m in _receive(
+            sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=60)}
+    for receipt in receipts.values():  # released: the next receive dead-letters them
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+    assert _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0) == []
+    return url, dlq, dlq_arn
+
+
+def test_message_move_task_back_to_the_source(sqs: Sqs) -> None:
+    url, dlq, dlq_arn = _dead_lettered(sqs, "jobs", ["a", "b", "c"])
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    assert isinstance(handle, str) and handle
+    # no rate: the first step, inside the start, moves them all
+    (task,) = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
+    assert task["Status"] == "COMPLETED"
+    assert task["SourceArn"] == dlq_arn
+    assert task["ApproximateNumberOfMessagesMoved"] == 3
+    assert task["ApproximateNumberOfMessagesToMove"] == 3
+    assert "TaskHandle" not in task and "DestinationArn" not in task
+    bodies = sorted(m["Body"] for m in _receive(sqs, url, MaxNumberOfMessages=10,
+                                                 WaitTimeSeconds=0))
+    assert bodies == ["a", "b", "c"]
+    assert _receive(sqs, dlq, WaitTimeSeconds=0) == []
+
+
+def test_message_move_task_rate_destination_and_cancel(sqs: Sqs) -> None:
+    _url, _dlq, dlq_arn = _dead_lettered(sqs, "mails", [str(i) for i in range(20)])
+    other = sqs.create_queue(QueueName="mails-retry")["QueueUrl"]
+    other_arn = sqs.get_queue_attributes(QueueUrl=other, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn, DestinationArn=other_arn,
+                                         MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    (task,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+    assert task["Status"] == "RUNNING"
+    assert task["TaskHandle"] == handle
+    assert task["DestinationArn"] == other_arn
+    assert task["MaxNumberOfMessagesPerSecond"] == 1
+    assert task["ApproximateNumberOfMessagesToMove"] == 20
+    assert task["ApproximateNumberOfMessagesMoved"] < 20
+    with pytest.raises(ClientError) as err:  # one running task per source
+        sqs.start_message_move_task(SourceArn=dlq_arn)
+    assert code(err) == "AWS.SimpleQueueService.UnsupportedOperation"
+    with pytest.raises(ClientError) as err:
+        sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=501)
+    assert code(err) == "InvalidParameterValue"
+    moved = sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    assert 0 <= moved < 20
+    (task,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+    assert task["Status"] == "CANCELLED" and "TaskHandle" not in task
+    with pytest.raises(ClientError) as err:
+        sqs.cancel_message_move_task(TaskHandle="bm90IGEgdGFzaw==")
+    assert code(err) == "ResourceNotFoundException" and status(err) == 404
+    with pytest.raises(ClientError) as err:
+        sqs.list_message_move_tasks(SourceArn=dlq_arn.replace("mails-dlq", "nope"))
+    assert code(err) == "AWS.SimpleQueueService.NonExistentQueue"
+
+
 # --- authentication and grants ------------------------------------------------------------------
 
 def test_unsigned_and_wrongly_signed_requests_are_refused(
@@ -374,6 +442,9 @@ def test_unsigned_and_wrongly_signed_requests_are_refused(
     assert code(err) == "InvalidClientTokenId"
 
 
+MINE_ARN = "arn:aws:sqs:us-east-1:000000000000:mine"
+
+
 def test_a_keys_role_gets_its_grants_only(
     sqs: Sqs, make_sqs: MakeSqs, make_role: MakeRole, clean: str  # noqa: F811
 ) -> None:
@@ -400,7 +471,9 @@ def test_a_keys_role_gets_its_grants_only(
                  lambda: w.purge_queue(QueueUrl=mine),
                  lambda: w.tag_queue(QueueUrl=mine, Tags={"mine": "now"}),
                  lambda: w.list_queue_tags(QueueUrl=mine),
-                 lambda: w.create_queue(QueueName="new")):
+                 lambda: w.create_queue(QueueName="new"),
+                 lambda: w.start_message_move_task(SourceArn=MINE_ARN),
+                 lambda: w.list_message_move_tasks(SourceArn=MINE_ARN)):
         with pytest.raises(ClientError) as err:
             call()
         assert code(err) == "AccessDenied" and status(err) == 403
@@ -720,3 +793,9 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     assert x.findtext("s:Error/s:Code", namespaces=ns) == "AWS.SimpleQueueService.NonExistentQueue"
     _, x = call({"Action": "ListQueues", "QueueNamePrefix": "old"})
     assert [u.text for u in x.iterfind(".//s:QueueUrl", ns)] == [url]
+    source = "arn:aws:sqs:us-east-1:000000000000:old-sdk"
+    status, x = call({"Action": "StartMessageMoveTask", "SourceArn": source})
+    assert status == 200 and x.findtext(".//s:TaskHandle", namespaces=ns)
+    _, x = call({"Action": "ListMessageMoveTasks", "SourceArn": source})
+    assert x.findtext(".//s:Status", namespaces=ns) == "COMPLETED"
+    assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"

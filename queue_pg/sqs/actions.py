@@ -16,7 +16,7 @@ from typing import Any
 from queue_pg import errors
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
-from queue_pg.sqs import attributes, names, tags
+from queue_pg.sqs import attributes, moves, names, tags
 from queue_pg.types import Message, QueueConfig
 
 MAX_BATCH = 10
@@ -455,4 +455,7 @@ ACTIONS: dict[str, Callable[[Request], Awaitable[dict[str, Any]]]] = {
     "TagQueue": tag_queue,
     "UntagQueue": untag_queue,
     "ListQueueTags": list_queue_tags,
+    "StartMessageMoveTask": moves.start_message_move_task,
+    "ListMessageMoveTasks": moves.list_message_move_tasks,
+    "CancelMessageMoveTask": moves.cancel_message_move_task,
 }

@@ -23,6 +23,9 @@ _TABLE: list[tuple[type[Exception], str, int, str]] = [
     (errors.OverLimit, "OverLimit", 403, "OverLimit"),
     (errors.QueueInUse, "ResourceInUse", 400, "ResourceInUse"),
     (errors.AccessDenied, "AccessDenied", 403, "AccessDenied"),
+    (errors.RedriveTaskNotFound, "ResourceNotFoundException", 404, "ResourceNotFoundException"),
+    (errors.RedriveInProgress, "UnsupportedOperation", 400,
+     "AWS.SimpleQueueService.UnsupportedOperation"),
 ]
 
 
