@@ -357,6 +357,15 @@ def peek(queue: str, n: int = 1) -> Call[list[Message]]:
     )
 
 
+def message_groups(queue: str, receipts: Sequence[str]) -> Call[dict[str, str | None]]:
+    return Call(
+        "select receipt, \"group\" from queue_pg.message_groups(%(queue)s, %(receipts)s::text[])",
+        {"queue": text(queue, "queue"),
+         "receipts": [text(r, f"receipts[{i}]") for i, r in enumerate(receipts)]},
+        lambda _columns, rows: {str(r[0]): r[1] for r in rows},
+    )
+
+
 def purge(queue: str) -> Call[int]:
     return Call(
         "select queue_pg.purge(%(queue)s) as result", {"queue": text(queue, "queue")}, as_int

@@ -256,6 +256,13 @@ class AsyncClient(AsyncClientBase):
         """Visible messages without leasing them (receipt None)."""
         return await self._run(_ops.peek(queue, n), conn)
 
+    async def message_groups(
+        self, queue: str, receipts: Sequence[str], *, conn: AsyncConnection | None = None
+    ) -> dict[str, str | None]:
+        """The group (FIFO group, or fair queue tenant) of each message named by a receipt of
+        ``queue``, by receipt; receipts that match no message of the queue are left out."""
+        return await self._run(_ops.message_groups(queue, receipts), conn)
+
     async def purge(self, queue: str, *, conn: AsyncConnection | None = None) -> int:
         """Delete every message of the queue, in any state; returns how many."""
         return await self._run(_ops.purge(queue), conn)

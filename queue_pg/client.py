@@ -253,6 +253,13 @@ class Client(ClientBase):
         """Visible messages without leasing them (receipt None)."""
         return self._run(_ops.peek(queue, n), conn)
 
+    def message_groups(
+        self, queue: str, receipts: Sequence[str], *, conn: Connection | None = None
+    ) -> dict[str, str | None]:
+        """The group (FIFO group, or fair queue tenant) of each message named by a receipt of
+        ``queue``, by receipt; receipts that match no message of the queue are left out."""
+        return self._run(_ops.message_groups(queue, receipts), conn)
+
     def purge(self, queue: str, *, conn: Connection | None = None) -> int:
         """Delete every message of the queue, in any state; returns how many."""
         return self._run(_ops.purge(queue), conn)

@@ -232,3 +232,19 @@ def test_redrive_out_of_and_into_fifo_queues_keeps_groups_in_order(client: Clien
         order.append(got[0].body)
         client.delete("f", got[0].receipt)
     assert order == ["a3", "a1", "a2"]
+
+
+def test_message_groups_answers_by_receipt_of_this_queue_only(client: Client) -> None:
+    """The look-up the SQS endpoint's MessageGroupId uses: a receipt of another queue, or a
+    forged one, matches nothing."""
+    client.create_queue("f", fifo=True)
+    client.create_queue("plain")
+    client.send_batch("f", ["a1", "b1"], group=["a", "b"])
+    client.send("plain", "p", group="t")
+    got = client.receive("f", 10)
+    [p] = client.receive("plain")
+    receipts = [m.receipt for m in got if m.receipt]
+    groups = client.message_groups("f", [*receipts, p.receipt or "", "1.2.3.4"])
+    assert groups == {m.receipt: m.body[0] for m in got}
+    assert client.message_groups("plain", [p.receipt or ""]) == {p.receipt: "t"}
+    assert client.message_groups("f", []) == {}

@@ -325,7 +325,10 @@ def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
     (m,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
     assert m["Body"] == "1"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-    assert [x["Body"] for x in _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)] == ["2"]
+    (m2,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                     MessageSystemAttributeNames=["MessageGroupId", "ApproximateReceiveCount"])
+    assert m2["Body"] == "2"
+    assert m2["Attributes"] == {"MessageGroupId": "g", "ApproximateReceiveCount": "1"}
     with pytest.raises(ClientError) as err:
         sqs.create_queue(QueueName="plain.fifo")
     assert code(err) == "InvalidParameterValue"

@@ -110,3 +110,20 @@ BEGIN
     RETURN (SELECT coalesce(jsonb_object_agg(t.key, t.value), '{}') FROM queue_pg.queue_tags t
             WHERE t.queue_id = q.id);
 END $$;
+
+-- The groups of messages just received, for the SQS endpoint's MessageGroupId attribute: by
+-- receipt, on a queue the caller may receive from (a receipt names its message; a stale one
+-- still names it, a forged or another queue's one matches nothing). NULL group: none.
+CREATE OR REPLACE FUNCTION queue_pg.message_groups(queue text, receipts text[])
+RETURNS TABLE (receipt text, "group" text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
+BEGIN
+    PERFORM queue_pg._check('len(receipts)', coalesce(cardinality(receipts), 0), 0, 1000, 'receipts');
+    PERFORM queue_pg._check_list('receipts', receipts);
+    RETURN QUERY
+    SELECT receipts[p.i], m.group_id
+    FROM queue_pg._parse_receipts(q.id, receipts, queue_pg._key()) p
+    JOIN queue_pg.messages m ON m.id = p.id AND m.queue_id = q.id;
+END $$;
