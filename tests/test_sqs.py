@@ -802,3 +802,11 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     _, x = call({"Action": "ListMessageMoveTasks", "SourceArn": source})
     assert x.findtext(".//s:Status", namespaces=ns) == "COMPLETED"
     assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"
+
+
+def test_wait_time_out_of_range_is_refused_by_sql(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="waits")["QueueUrl"]
+    for wait in (21, -1):
+        with pytest.raises(ClientError) as err:
+            sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait)
+        assert code(err) == "InvalidParameterValue" and status(err) == 400

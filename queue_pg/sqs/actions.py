@@ -371,12 +371,9 @@ async def receive_message(r: Request) -> dict[str, Any]:
     if not 1 <= n <= MAX_BATCH:
         raise InvalidParameter(f"Value {n} for parameter MaxNumberOfMessages is invalid."
                                f" Reason: Must be between 1 and {MAX_BATCH}, if provided.")
-    wait = r.int_param("WaitTimeSeconds")
-    if wait is not None and not 0 <= wait <= 20:
-        raise InvalidParameter(f"Value {wait} for parameter WaitTimeSeconds is invalid."
-                               " Reason: Must be >= 0 and <= 20, if provided.")
+    # WaitTimeSeconds' range (0-20) is SQL's rule: receive refuses it (InvalidParameterValue)
     messages = await r.client.receive(queue, n, visibility_timeout=r.int_param("VisibilityTimeout"),
-                                      wait=wait)
+                                      wait=r.int_param("WaitTimeSeconds"))
     wanted = set(r.params.get("AttributeNames") or [])
     wanted |= set(r.params.get("MessageSystemAttributeNames") or [])
     want_attrs = list(r.params.get("MessageAttributeNames") or [])
