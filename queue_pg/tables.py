@@ -58,6 +58,16 @@ SCHEMA = "queue_pg"
 
 metadata = MetaData(schema=SCHEMA)
 
+
+def _queue_ref(table: str) -> Column[int]:
+    """A ``queue_id`` that goes with its queue (the constraint named as the SQL names it)."""
+    return Column(
+        "queue_id",
+        Integer,
+        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name=f"{table}_queue_id_fkey"),
+        nullable=False,
+    )
+
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
 secret = Table(
@@ -124,12 +134,7 @@ queues = Table(
 in_flight = Table(
     "in_flight",
     metadata,
-    Column(
-        "queue_id",
-        Integer,
-        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name="in_flight_queue_id_fkey"),
-        nullable=False,
-    ),
+    _queue_ref("in_flight"),
     Column("n", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("queue_id", name="in_flight_pkey"),
 )
@@ -137,12 +142,7 @@ in_flight = Table(
 queue_counters = Table(
     "queue_counters",
     metadata,
-    Column(
-        "queue_id",
-        Integer,
-        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name="queue_counters_queue_id_fkey"),
-        nullable=False,
-    ),
+    _queue_ref("queue_counters"),
     Column("lease_expiries", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("queue_id", name="queue_counters_pkey"),
 )
@@ -214,12 +214,7 @@ message_history = Table(
 grants = Table(
     "grants",
     metadata,
-    Column(
-        "queue_id",
-        Integer,
-        ForeignKey("queue_pg.queues.id", ondelete="CASCADE", name="grants_queue_id_fkey"),
-        nullable=False,
-    ),
+    _queue_ref("grants"),
     Column("role", OID, nullable=False),  # pg_roles.oid
     Column("privilege", Text, nullable=False),
     Column(
