@@ -212,6 +212,25 @@ def test_sessions_are_bounded_and_end_when_idle(clean: str, roles: dict[str, Rol
         sessions.close()
 
 
+def test_a_logout_waits_for_the_requests_running_on_its_client(
+    clean: str, roles: dict[str, Role]
+) -> None:
+    sessions = Sessions(clean)
+    try:
+        session = sessions.login(roles["viewer"].name, PASSWORD, "127.0.0.1")
+        with sessions.using(session.id) as running:  # a request in progress
+            assert running is session
+            sessions.logout(session)
+            assert sessions.get(session.id) is None  # ended for every later request
+            with sessions.using(session.id) as later:
+                assert later is None
+            running.client.list_queues()  # the running request still has its client
+        with pytest.raises(psycopg.OperationalError):  # closed once the request ended
+            session.client.list_queues()
+    finally:
+        sessions.close()
+
+
 def test_idle_sessions_end_without_a_request(clean: str, roles: dict[str, Role]) -> None:
     sessions = Sessions(clean, idle_timeout=0.01)  # its thread looks every second
     try:

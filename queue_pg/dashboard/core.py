@@ -15,7 +15,8 @@ import dataclasses
 import hmac
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.cookies import CookieError, SimpleCookie
@@ -200,7 +201,8 @@ class Dashboard:
             if r.path == "api/config":
                 return _json(200, self._config(r))
             if r.path in self._get:
-                return _json(200, self._get[r.path](r, self._client(r)))
+                with self._client(r) as client:
+                    return _json(200, self._get[r.path](r, client))
             raise Refused(404, f"no page {r.path!r}")
         if r.method == "POST" and self.sessions is not None:
             if r.path == "api/login":
@@ -212,7 +214,8 @@ class Dashboard:
                 return _json(200, {"user": None}).with_headers(_cookie(r, "", 0))
         if r.method == "POST" and r.path in self._post:
             body = self._authorized(r)
-            return _json(200, self._post[r.path](body, self._client(r)))
+            with self._client(r) as client:
+                return _json(200, self._post[r.path](body, client))
         raise Refused(405 if r.path in self._post or r.path in self._get else 404,
                       f"{r.method} {r.path!r} is not served")
 
@@ -232,12 +235,18 @@ class Dashboard:
             raise Refused(401, "log in first (or again: the session ended)")
         return session
 
-    def _client(self, r: Request) -> Client:
-        """The client a request runs on: its session's in login mode, else the dashboard's."""
-        if self.sessions is not None:
-            return self._session(r).client
-        assert self.client is not None
-        return self.client
+    @contextmanager
+    def _client(self, r: Request) -> Iterator[Client]:
+        """The client a request runs on: its session's in login mode (kept open until the
+        request ends, whatever a logout does meanwhile), else the dashboard's."""
+        if self.sessions is None:
+            assert self.client is not None
+            yield self.client
+            return
+        with self.sessions.using(_session_id(r)) as session:
+            if session is None:
+                raise Refused(401, "log in first (or again: the session ended)")
+            yield session.client
 
     def _login(self, r: Request, sessions: Sessions) -> Response:
         body = _json_body(r)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import monotonic
 from typing import NoReturn
@@ -47,6 +49,8 @@ class Session:
     id: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     last_used: float = field(default_factory=monotonic)
+    users: int = 0  # requests running on the client now: it is closed when the last one ends
+    ended: bool = False
 
 
 class Sessions:
@@ -108,11 +112,39 @@ class Sessions:
                 session.last_used = monotonic()
             return session
 
+    @contextmanager
+    def using(self, session_id: str | None) -> Iterator[Session | None]:
+        """The live session (as ``get``), kept open until the block ends: a logout or the idle
+        reaper meanwhile ends it at once but closes its client only after the request."""
+        self._reap()
+        with self._lock:
+            session = self._sessions.get(session_id or "")
+            if session is not None:
+                session.last_used = monotonic()
+                session.users += 1
+        try:
+            yield session
+        finally:
+            if session is not None:
+                with self._lock:
+                    session.users -= 1
+                    close = session.ended and session.users == 0
+                if close:
+                    session.client.close()
+
     def logout(self, session: Session) -> None:
-        """Ends the session and closes its client."""
+        """Ends the session; its client closes now, or when the requests running on it end."""
         with self._lock:
             self._sessions.pop(session.id, None)
-        session.client.close()
+        self._end([session])
+
+    def _end(self, sessions: list[Session]) -> None:
+        with self._lock:
+            for session in sessions:
+                session.ended = True
+            idle = [s for s in sessions if s.users == 0]
+        for session in idle:  # closing waits on the pool: outside the lock
+            session.client.close()
 
     def close(self) -> None:
         """Ends every session, and the thread that ends the idle ones."""
@@ -137,8 +169,7 @@ class Sessions:
             idle = [s for s in self._sessions.values() if now - s.last_used >= self.idle_timeout]
             for session in idle:
                 del self._sessions[session.id]
-        for session in idle:  # closing waits on the pool: outside the lock
-            session.client.close()
+        self._end(idle)
 
     def _recent(self, address: str, now: float) -> deque[float]:
         times = self._failures.get(address, deque())
