@@ -810,3 +810,149 @@ def test_wait_time_out_of_range_is_refused_by_sql(sqs: Sqs) -> None:
         with pytest.raises(ClientError) as err:
             sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait)
         assert code(err) == "InvalidParameterValue" and status(err) == 400
+
+
+def test_fifo_dedup_id_and_sequence_number(sqs: Sqs, clean: str) -> None:
+    """Received FIFO messages carry MessageDeduplicationId (given, or the body's SHA-256) and a
+    SequenceNumber that grows within a group and matches SendMessage's; asked for by name or All,
+    absent when not asked for, and kept past the dedup window (it is the message's own)."""
+    url = sqs.create_queue(QueueName="dd.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    cbd = sqs.create_queue(QueueName="cbd.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    sent = [sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g",
+                             MessageDeduplicationId=f"d{i}") for i in range(3)]
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "MessageBody": "m3", "MessageGroupId": "g", "MessageDeduplicationId": "d3"},
+        {"Id": "b", "MessageBody": "h0", "MessageGroupId": "h", "MessageDeduplicationId": "e0"},
+    ])["Successful"]
+    seqs = [s["SequenceNumber"] for s in sent] + [batch[0]["SequenceNumber"]]
+    assert all(len(x) == 20 and x.isdigit() for x in seqs)
+    assert seqs == sorted(seqs, key=int) and len(set(seqs)) == 4
+    with psycopg.connect(clean, autocommit=True) as c:  # the window ends; the ids stay
+        c.execute("UPDATE queue_pg.dedup SET expires_at = now() - interval '1 s'")
+        c.execute("SELECT queue_pg.sweep()")
+    by_body, asked_all = {}, set()
+    for i in range(5):
+        names_ = ["All"] if i % 2 else ["MessageDeduplicationId", "SequenceNumber"]
+        (m,) = _receive(sqs, url, WaitTimeSeconds=0, MaxNumberOfMessages=1,
+                        MessageSystemAttributeNames=names_)
+        by_body[m["Body"]] = m
+        if i % 2:
+            asked_all.add(m["Body"])
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    for i in range(4):
+        m = by_body[f"m{i}"]
+        assert m["Attributes"]["MessageDeduplicationId"] == f"d{i}"
+        assert m["Attributes"]["SequenceNumber"] == seqs[i]
+        assert m["MessageId"] == [*sent, batch[0]][i]["MessageId"]
+        # asked by name: only those; All: the group too
+        assert ("MessageGroupId" in m["Attributes"]) == (m["Body"] in asked_all)
+    assert by_body["h0"]["Attributes"]["MessageDeduplicationId"] == "e0"
+    # content-based: the body's SHA-256, as the queue deduplicated it
+    sqs.send_message(QueueUrl=cbd, MessageBody="same", MessageGroupId="g")
+    (m,) = _receive(sqs, cbd, WaitTimeSeconds=0, AttributeNames=["All"])
+    assert m["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(
+        json.dumps("same").encode()).hexdigest()
+    # not asked: none of the three (and no extra statement)
+    sqs.change_message_visibility(QueueUrl=cbd, ReceiptHandle=m["ReceiptHandle"],
+                                  VisibilityTimeout=0)
+    (m,) = _receive(sqs, cbd, WaitTimeSeconds=0, MessageSystemAttributeNames=["SenderId"])
+    assert set(m["Attributes"]) == {"SenderId"}
+
+
+def test_message_ids_are_uuids_of_the_message_id(sqs: Sqs, clean: str) -> None:
+    """MessageId is UUID-shaped, the same on send, receive and a duplicate send, and reads back
+    to queue_pg's message id (no table)."""
+    import uuid
+
+    from queue_pg.sqs import names
+
+    url = sqs.create_queue(QueueName="ids")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x")["MessageId"]
+    assert str(uuid.UUID(sent)) == sent and uuid.UUID(sent).version == 8
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0)
+    assert m["MessageId"] == sent
+    with psycopg.connect(clean, autocommit=True) as c:
+        row = c.execute("SELECT id FROM queue_pg.messages WHERE body = '\"x\"'").fetchone()
+    assert row is not None and names.message_id_of(sent) == row[0]
+    assert "SequenceNumber" not in sqs.send_message(QueueUrl=url, MessageBody="y")
+    assert names.message_id_of(str(uuid.uuid4())) is None
+
+
+def _query_client(sqs: Sqs, endpoint: str, folder: Any) -> Any:
+    """A botocore SQS client that speaks the query protocol (SQS's model, its protocol set to
+    query, loaded from ``folder``): what older SDKs send, presigned by botocore itself."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    loader = session.get_component("data_loader")
+    model = loader.load_service_model("sqs", "service-2")
+    model["metadata"] = {**model["metadata"], "protocol": "query", "protocols": ["query"]}
+    target = folder / "sqs" / model["metadata"]["apiVersion"]
+    target.mkdir(parents=True)
+    (target / "service-2.json").write_text(json.dumps(model))
+    loader.search_paths.insert(0, str(folder))
+    creds = sqs._request_signer._credentials
+    return session.create_client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                                 aws_access_key_id=creds.access_key,
+                                 aws_secret_access_key=creds.secret_key)
+
+
+def test_presigned_urls(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
+    """A GET presigned by botocore's generate_presigned_url runs as its key's role; expired,
+    tampered, bodied or wrongly keyed URLs are refused."""
+    import urllib.error
+    import urllib.request
+    from xml.etree import ElementTree
+
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+    sqs = make_sqs()
+    url = sqs.create_queue(QueueName="presigned")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="hello")
+    old = _query_client(sqs, endpoint, tmp_path)
+
+    def get(link: str, data: bytes | None = None) -> tuple[int, ElementTree.Element]:
+        req = urllib.request.Request(link, data=data, method="POST" if data else "GET")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                return response.status, ElementTree.fromstring(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, ElementTree.fromstring(err.read())
+
+    def error(x: ElementTree.Element) -> str | None:
+        return x.findtext("s:Error/s:Code", namespaces=ns)
+
+    def presign(method: str, params: dict[str, Any], expires: int = 60, client: Any = old) -> str:
+        return str(client.generate_presigned_url(method, Params=params, ExpiresIn=expires,
+                                                 HttpMethod="GET"))
+
+    link = presign("receive_message", {"QueueUrl": url, "MaxNumberOfMessages": 1})
+    assert "X-Amz-Signature=" in link and "Action=ReceiveMessage" in link
+    status_, x = get(link)
+    assert status_ == 200, ElementTree.tostring(x)
+    assert x.findtext(".//s:Message/s:Body", namespaces=ns) == "hello"
+
+    # tampered: a parameter changed, added, or the expiry stretched
+    status_, x = get(link.replace("MaxNumberOfMessages=1", "MaxNumberOfMessages=2"))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    status_, x = get(link + "&VisibilityTimeout=0")
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    status_, x = get(link.replace("X-Amz-Expires=60", "X-Amz-Expires=600"))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    # a body is not signed by the URL, so none is taken (it would add parameters)
+    status_, x = get(link, data=b"Action=DeleteQueue")
+    assert status_ == 403 and error(x) == "IncompleteSignature"
+    # signed with a wrong secret; signed by a key that is then revoked
+    wrong = _query_client(make_sqs(secret="x" * 40), endpoint, tmp_path / "w")
+    status_, x = get(presign("get_queue_url", {"QueueName": "presigned"}, client=wrong))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    # expired: good for 1 s
+    short = presign("get_queue_url", {"QueueName": "presigned"}, expires=1)
+    assert get(short)[0] == 200
+    time.sleep(2.2)
+    status_, x = get(short)
+    assert (status_, error(x)) == (403, "RequestExpired")
+    # the grants of the key's role decide, as with a signed header
+    sqs.delete_queue(QueueUrl=url)
+    status_, x = get(presign("get_queue_url", {"QueueName": "presigned"}))
+    assert (status_, error(x)) == (400, "AWS.SimpleQueueService.NonExistentQueue")

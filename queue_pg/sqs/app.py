@@ -86,11 +86,18 @@ class Endpoint:
             self._keys = None
 
     async def role_of(self, request: Request, body: bytes) -> str | None:
-        """The role the request runs as; SignatureError when it is not signed by a live key."""
+        """The role the request runs as; SignatureError when it is not signed by a live key
+        (in its Authorization header, or in its query string: a presigned URL)."""
         if not self.auth:
             return None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        cred = sigv4.parse(headers.get("authorization"))
+        pairs = list(request.query_params.multi_items())
+        presigned = None
+        if sigv4.is_presigned(pairs) and "authorization" not in headers:
+            presigned = sigv4.parse_presigned(pairs)
+            cred = presigned.cred
+        else:
+            cred = sigv4.parse(headers.get("authorization"))
         async with self._keys_lock:
             if self._keys is None:
                 pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -105,10 +112,12 @@ class Endpoint:
         if row is None:
             raise sigv4.SignatureError("InvalidClientTokenId",
                                        "The security token included in the request is invalid.")
-        raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        pairs = list(request.query_params.multi_items())
-        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), pairs, headers,
-                     body)
+        raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
+        if presigned is not None:
+            sigv4.verify_presigned(presigned, row[0], request.method, raw_path, pairs, headers,
+                                   body)
+        else:
+            sigv4.verify(cred, row[0], request.method, raw_path, pairs, headers, body)
         return str(row[1])
 
 
@@ -141,7 +150,8 @@ def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
 def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str, Any]]:
     """(action, parameters) of a query protocol request: query string and form body; the queue
     is the request's path when no QueueUrl is given, as older SDKs send it."""
-    pairs = list(request.query_params.multi_items())
+    pairs = [(k, v) for k, v in request.query_params.multi_items()
+             if k not in sigv4.PRESIGN_PARAMS]  # a presigned URL's signature is no parameter
     pairs += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
     action, params = query.params(pairs)
     if "QueueUrl" not in params and request.url.path.strip("/"):
