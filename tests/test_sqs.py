@@ -6,6 +6,7 @@ and access keys made by ``queue_pg.sqs_create_key``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -36,11 +37,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def endpoint(dsn: str) -> Iterator[str]:
-    """The endpoint's URL, served by uvicorn in a thread for the module."""
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread; its URL."""
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(dsn), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -48,9 +49,18 @@ def endpoint(dsn: str) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def endpoint(dsn: str) -> Iterator[str]:
+    """The endpoint's URL, served by uvicorn in a thread for the module."""
+    with serve(create_app(dsn)) as url:
+        yield url
 
 
 def _key(dsn: str, role: str) -> tuple[str, str]:
@@ -956,3 +966,121 @@ def test_presigned_urls(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None
     sqs.delete_queue(QueueUrl=url)
     status_, x = get(presign("get_queue_url", {"QueueName": "presigned"}))
     assert (status_, error(x)) == (400, "AWS.SimpleQueueService.NonExistentQueue")
+
+
+def test_one_pool_lends_each_connection_as_one_role(
+    make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    """RolePool: a loan runs as the request's role; the next one starts as the DSN's user,
+    after an error in a transaction, a failed SET ROLE, or a cancelled borrower alike."""
+    import asyncio
+
+    from queue_pg.sqs.app import REQUEST_ROLE, RolePool
+
+    a = make_role("poola", PRODUCER)
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+
+    async def run() -> None:
+        pool = RolePool(clean, max_size=1)  # one connection: every loan is the same one
+        await pool.open()
+        try:
+            async def who(role: str | None) -> tuple[str, int]:
+                REQUEST_ROLE.set(role)
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(
+                        "SELECT current_user::text, pg_backend_pid()")).fetchone()
+                    assert row is not None
+                    return str(row[0]), int(row[1])
+
+            user, pid = await asyncio.create_task(who(a.name))
+            assert user == a.name
+            assert await asyncio.create_task(who(None)) == (owner, pid)
+
+            async def fail_in_transaction() -> None:
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn:
+                    async with conn.transaction():
+                        await conn.execute("SELECT 1/0")
+
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await asyncio.create_task(fail_in_transaction())
+            assert await asyncio.create_task(who(None)) == (owner, pid)
+
+            async def hold() -> None:
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(5)")
+
+            task = asyncio.create_task(hold())
+            await asyncio.sleep(0.5)
+            task.cancel()  # mid-statement: the connection is closed or reset, never kept as a
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert (await asyncio.create_task(who(None)))[0] == owner
+
+            with pytest.raises(psycopg.Error):  # no such role: refused, the loan given back
+                await asyncio.create_task(who("qp_no_such_role"))
+            assert (await asyncio.create_task(who(None)))[0] == owner
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+
+
+def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> None:  # noqa: F811
+    """Two keys with different grants, interleaved on an endpoint of two connections: each
+    request gets its own key's grants, before and after other requests' errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT queue_pg.create_queue('share-a'), queue_pg.create_queue('share-b')")
+    roles = {k: make_role(f"share{k}", PRODUCER, CONSUMER) for k in "ab"}
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for k, role in roles.items():
+            for privilege in ("send", "receive"):
+                c.execute("SELECT queue_pg.grant(%s, %s, %s)", [f"share-{k}", role.name, privilege])
+    with serve(create_app(dsn, pool_size=2)) as url:
+        base = f"{url}/000000000000/share-"
+
+        def client(k: str) -> Sqs:
+            access, secret = _key(dsn, roles[k].name)
+            return boto3.client("sqs", endpoint_url=url, region_name="us-east-1",
+                                aws_access_key_id=access, aws_secret_access_key=secret,
+                                config=Config(retries={"max_attempts": 1}, read_timeout=60))
+
+        def work(k: str, n: int) -> list[str]:
+            sqs, other = client(k), "b" if k == "a" else "a"
+            problems = []
+            for i in range(12):
+                sqs.send_message(QueueUrl=base + k, MessageBody=f"{k}-{n}-{i}")
+                for call in (lambda: sqs.send_message(QueueUrl=base + other, MessageBody="x"),
+                             lambda: sqs.receive_message(QueueUrl=base + other)):
+                    try:
+                        call()
+                        problems.append(f"{k} reached {other}")
+                    except ClientError as err:
+                        if err.response["Error"]["Code"] != "AccessDenied":
+                            problems.append(str(err))
+                # an SQL error inside the request (the batch's statement), then more statements
+                batch = sqs.send_message_batch(QueueUrl=base + k, Entries=[
+                    {"Id": "ok", "MessageBody": f"{k}-{n}-{i}-b"},
+                    {"Id": "bad", "MessageBody": "x", "MessageDeduplicationId": "d" * 200}])
+                if [e["Id"] for e in batch["Failed"]] != ["bad"]:
+                    problems.append(f"batch {batch}")
+                got = sqs.receive_message(QueueUrl=base + k, MaxNumberOfMessages=10,
+                                          WaitTimeSeconds=1 if i % 4 == 0 else 0)
+                for m in got.get("Messages", []):
+                    if not m["Body"].startswith(f"{k}-"):
+                        problems.append(f"{k} got {m['Body']}")
+                    sqs.delete_message(QueueUrl=base + k, ReceiptHandle=m["ReceiptHandle"])
+            return problems
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda x: work(*x), [(k, n) for k in "ab" for n in range(4)]))
+    assert results == [[]] * 8
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute("SELECT q.name, m.body #>> '{}' FROM queue_pg.messages m"
+                         " JOIN queue_pg.queues q ON q.id = m.queue_id"
+                         " WHERE q.name LIKE 'share-%'").fetchall()
+    assert all(body.startswith(name[-1] + "-") for name, body in rows), rows
