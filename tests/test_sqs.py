@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import socket
 import threading
@@ -420,6 +421,29 @@ def test_message_move_task_rate_destination_and_cancel(sqs: Sqs) -> None:
     with pytest.raises(ClientError) as err:
         sqs.list_message_move_tasks(SourceArn=dlq_arn.replace("mails-dlq", "nope"))
     assert code(err) == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_message_move_task_moves_at_its_rate(sqs: Sqs) -> None:
+    """The endpoint steps running move tasks about once a second: a task of rate 5 moves about
+    5 a second until done, never ahead of its rate, instead of a sweep's worth at a time."""
+    _url, _dlq, dlq_arn = _dead_lettered(sqs, "paced", [str(i) for i in range(30)])
+    start = time.monotonic()
+    sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=5)
+    seen: list[tuple[float, int]] = []  # (seconds since the start, moved)
+    while True:
+        (task,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+        seen.append((time.monotonic() - start, task["ApproximateNumberOfMessagesMoved"]))
+        if task["Status"] != "RUNNING":
+            break
+        assert seen[-1][0] < 30, f"no longer moving: {seen[-3:]}"  # a sweep's step is 60 s away
+        time.sleep(0.2)
+    assert task["Status"] == "COMPLETED" and seen[-1][1] == 30, seen
+    # never ahead of the rate (the SQL's bound: rate x (seconds since its start + 1)) ...
+    assert all(moved <= 5 * (t + 1) for t, moved in seen), seen
+    # ... and in steps of about a second's worth, not in one burst
+    counts = sorted({moved for _, moved in seen})
+    assert len(counts) >= 4, seen
+    assert max(b - a for a, b in itertools.pairwise(counts)) <= 15, seen
 
 
 # --- authentication and grants ------------------------------------------------------------------
@@ -999,9 +1023,8 @@ def test_one_pool_lends_each_connection_as_one_role(
 
             async def fail_in_transaction() -> None:
                 REQUEST_ROLE.set(a.name)
-                async with pool.connection() as conn:
-                    async with conn.transaction():
-                        await conn.execute("SELECT 1/0")
+                async with pool.connection() as conn, conn.transaction():
+                    await conn.execute("SELECT 1/0")
 
             with pytest.raises(psycopg.errors.DivisionByZero):
                 await asyncio.create_task(fail_in_transaction())

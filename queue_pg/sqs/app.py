@@ -11,6 +11,7 @@ request as the DSN's user, for local development.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -90,9 +91,17 @@ class RolePool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
         return conn
 
 
+#: Seconds between two steps of the running move tasks (their rate holds per step: see
+#: queue_pg._redrive_advance), and between two looks for tasks started elsewhere when none runs.
+STEP_EVERY = 1.0
+IDLE_LOOK_EVERY = 30.0
+
+_RUNNING = "SELECT EXISTS (SELECT 1 FROM queue_pg.redrive_tasks WHERE status = 'running')"
+
+
 class Endpoint:
-    """The app's state: the owner's connections for key look-ups, and one pool and client for
-    the requests of every role."""
+    """The app's state: the owner's connections for key look-ups, one pool and client for the
+    requests of every role, and the stepper of move tasks."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
         self.dsn = dsn
@@ -102,6 +111,8 @@ class Endpoint:
         self._client: AsyncClient | None = None
         self._keys: AsyncConnectionPool[Any] | None = None
         self._open_lock = asyncio.Lock()  # the first requests may come together
+        self._stepper: asyncio.Task[None] | None = None
+        self._moves_started = asyncio.Event()
 
     async def open(self) -> None:
         """Open the pools on first use (idempotent)."""
@@ -119,6 +130,7 @@ class Endpoint:
             await pool.open()
             self._pool = pool
             self._client = AsyncClient(pool)
+            self._stepper = asyncio.create_task(self._step_moves(), name="queue_pg_sqs_moves")
 
     @property
     def client(self) -> AsyncClient:
@@ -126,7 +138,40 @@ class Endpoint:
         assert self._client is not None, "Endpoint.open() first"
         return self._client
 
+    def moves_started(self) -> None:
+        """A move task started here: step it from now on (see :meth:`_step_moves`)."""
+        self._moves_started.set()
+
+    async def _step_moves(self) -> None:
+        """Step the running move tasks (``redrive_step``, as the DSN's user, who manages every
+        queue) every STEP_EVERY seconds while any runs, so a task moves about its rate each
+        second instead of a sweep's worth at a time; when none runs, wait for one started here
+        or look again after IDLE_LOOK_EVERY (tasks started by the CLI or another endpoint)."""
+        REQUEST_ROLE.set(None)  # this task's own context: the DSN's user
+        client, pool = self.client, self._pool
+        assert pool is not None
+        while True:
+            running = False
+            self._moves_started.clear()  # a start from now on wakes the wait below
+            try:
+                await client.redrive_step()
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(_RUNNING)).fetchone()
+                running = bool(row and row[0])
+            except Exception:
+                logger.warning("queue_pg.sqs: stepping move tasks failed", exc_info=True)
+            if running:
+                await asyncio.sleep(STEP_EVERY)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moves_started.wait(), IDLE_LOOK_EVERY)
+
     async def close(self) -> None:
+        if self._stepper is not None:
+            self._stepper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stepper
+            self._stepper = None
         self._client = None
         for pool in (self._pool, self._keys):
             if pool is not None:
@@ -227,6 +272,8 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
                 result = await action(actions.Request(endpoint.client, params, base))
             finally:
                 REQUEST_ROLE.reset(token)
+            if name == "StartMessageMoveTask":
+                endpoint.moves_started()
         except Exception as err:  # every failure answers as SQS does
             return _error(err, is_query)
         if is_query:
