@@ -121,13 +121,18 @@ class Endpoint:
         async with self._open_lock:
             if self._client is not None:
                 return
+            pool = RolePool(self.dsn, max_size=self.pool_size)
+            await pool.open()
             if self.auth:
                 keys: AsyncConnectionPool[Any] = AsyncConnectionPool(
                     self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
-                await keys.open()
+                try:
+                    await keys.open()
+                except BaseException:
+                    await keys.close()
+                    await pool.close()
+                    raise
                 self._keys = keys
-            pool = RolePool(self.dsn, max_size=self.pool_size)
-            await pool.open()
             self._pool = pool
             self._client = AsyncClient(pool)
             self._stepper = asyncio.create_task(self._step_moves(), name="queue_pg_sqs_moves")
@@ -283,6 +288,10 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:  # at start, so move tasks already running are stepped before any request
+            await endpoint.open()
+        except Exception:  # the server starts anyway; the first request tries again
+            logger.warning("queue_pg.sqs: cannot open the pools yet", exc_info=True)
         yield
         await endpoint.close()
 
