@@ -155,6 +155,7 @@ class Endpoint:
         REQUEST_ROLE.set(None)  # this task's own context: the DSN's user
         client, pool = self.client, self._pool
         assert pool is not None
+        warned = False
         while True:
             running = False
             self._moves_started.clear()  # a start from now on wakes the wait below
@@ -163,8 +164,10 @@ class Endpoint:
                 async with pool.connection() as conn:
                     row = await (await conn.execute(_RUNNING)).fetchone()
                 running = bool(row and row[0])
-            except Exception:
-                logger.warning("queue_pg.sqs: stepping move tasks failed", exc_info=True)
+            except Exception:  # e.g. a DSN user who may not read the tasks: say so once
+                logger.log(logging.DEBUG if warned else logging.WARNING,
+                           "queue_pg.sqs: stepping move tasks failed", exc_info=True)
+                warned = True
             if running:
                 await asyncio.sleep(STEP_EVERY)
                 continue
