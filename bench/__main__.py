@@ -25,6 +25,7 @@ from bench import (
     soak,
     spark,
     sqs,
+    sqs_details,
     tuning,
     worker,
 )
@@ -44,6 +45,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     fifo.SCENARIO,
     advice.SCENARIO,
     sqs.SCENARIO,
+    sqs_details.SCENARIO,
 )
 
 

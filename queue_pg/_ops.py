@@ -44,6 +44,7 @@ from queue_pg.types import (
     DeleteResult,
     Grant,
     Message,
+    MessageDetails,
     QueueConfig,
     QueueStats,
     RedriveTask,
@@ -363,6 +364,16 @@ def message_groups(queue: str, receipts: Sequence[str]) -> Call[dict[str, str | 
         {"queue": text(queue, "queue"),
          "receipts": [text(r, f"receipts[{i}]") for i, r in enumerate(receipts)]},
         lambda _columns, rows: {str(r[0]): r[1] for r in rows},
+    )
+
+
+def message_details(queue: str, receipts: Sequence[str]) -> Call[dict[str, MessageDetails]]:
+    return Call(
+        "select receipt, \"group\", dedup_id, sequence"
+        " from queue_pg.message_details(%(queue)s, %(receipts)s::text[])",
+        {"queue": text(queue, "queue"),
+         "receipts": [text(r, f"receipts[{i}]") for i, r in enumerate(receipts)]},
+        lambda _columns, rows: {str(r[0]): MessageDetails(r[1], r[2], r[3]) for r in rows},
     )
 
 

@@ -25,6 +25,7 @@ from queue_pg.types import (
     DeleteResult,
     Grant,
     Message,
+    MessageDetails,
     QueueConfig,
     QueueStats,
     RedriveTask,
@@ -262,6 +263,13 @@ class AsyncClient(AsyncClientBase):
         """The group (FIFO group, or fair queue tenant) of each message named by a receipt of
         ``queue``, by receipt; receipts that match no message of the queue are left out."""
         return await self._run(_ops.message_groups(queue, receipts), conn)
+
+    async def message_details(
+        self, queue: str, receipts: Sequence[str], *, conn: AsyncConnection | None = None
+    ) -> dict[str, MessageDetails]:
+        """Group, dedup id and (FIFO) sequence number of each message named by a receipt of
+        ``queue``, by receipt; receipts that match no message of the queue are left out."""
+        return await self._run(_ops.message_details(queue, receipts), conn)
 
     async def purge(self, queue: str, *, conn: AsyncConnection | None = None) -> int:
         """Delete every message of the queue, in any state; returns how many."""

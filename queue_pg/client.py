@@ -22,6 +22,7 @@ from queue_pg.types import (
     DeleteResult,
     Grant,
     Message,
+    MessageDetails,
     QueueConfig,
     QueueStats,
     RedriveTask,
@@ -259,6 +260,13 @@ class Client(ClientBase):
         """The group (FIFO group, or fair queue tenant) of each message named by a receipt of
         ``queue``, by receipt; receipts that match no message of the queue are left out."""
         return self._run(_ops.message_groups(queue, receipts), conn)
+
+    def message_details(
+        self, queue: str, receipts: Sequence[str], *, conn: Connection | None = None
+    ) -> dict[str, MessageDetails]:
+        """Group, dedup id and (FIFO) sequence number of each message named by a receipt of
+        ``queue``, by receipt; receipts that match no message of the queue are left out."""
+        return self._run(_ops.message_details(queue, receipts), conn)
 
     def purge(self, queue: str, *, conn: Connection | None = None) -> int:
         """Delete every message of the queue, in any state; returns how many."""

@@ -18,6 +18,7 @@ __all__ = [
     "DeleteResult",
     "Grant",
     "Message",
+    "MessageDetails",
     "QueueConfig",
     "QueueSettings",
     "QueueStats",
@@ -182,6 +183,17 @@ class DeleteResult:
     receipt: str
     deleted: bool
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDetails:
+    """What ``message_details`` says of a received message: its ``group``, the ``dedup_id`` its
+    send claimed (given, or the body's SHA-256 on a content_dedup queue), and on a FIFO queue its
+    ``sequence`` (the message id, which orders its group); None where there is none."""
+
+    group: str | None
+    dedup_id: str | None
+    sequence: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ and access keys made by ``queue_pg.sqs_create_key``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import socket
 import threading
@@ -36,11 +38,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def endpoint(dsn: str) -> Iterator[str]:
-    """The endpoint's URL, served by uvicorn in a thread for the module."""
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread; its URL."""
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(dsn), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -48,9 +50,18 @@ def endpoint(dsn: str) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def endpoint(dsn: str) -> Iterator[str]:
+    """The endpoint's URL, served by uvicorn in a thread for the module."""
+    with serve(create_app(dsn)) as url:
+        yield url
 
 
 def _key(dsn: str, role: str) -> tuple[str, str]:
@@ -410,6 +421,29 @@ def test_message_move_task_rate_destination_and_cancel(sqs: Sqs) -> None:
     with pytest.raises(ClientError) as err:
         sqs.list_message_move_tasks(SourceArn=dlq_arn.replace("mails-dlq", "nope"))
     assert code(err) == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_message_move_task_moves_at_its_rate(sqs: Sqs) -> None:
+    """The endpoint steps running move tasks about once a second: a task of rate 5 moves about
+    5 a second until done, never ahead of its rate, instead of a sweep's worth at a time."""
+    _url, _dlq, dlq_arn = _dead_lettered(sqs, "paced", [str(i) for i in range(30)])
+    start = time.monotonic()
+    sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=5)
+    seen: list[tuple[float, int]] = []  # (seconds since the start, moved)
+    while True:
+        (task,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+        seen.append((time.monotonic() - start, task["ApproximateNumberOfMessagesMoved"]))
+        if task["Status"] != "RUNNING":
+            break
+        assert seen[-1][0] < 30, f"no longer moving: {seen[-3:]}"  # a sweep's step is 60 s away
+        time.sleep(0.2)
+    assert task["Status"] == "COMPLETED" and seen[-1][1] == 30, seen
+    # never ahead of the rate (the SQL's bound: rate x (seconds since its start + 1)) ...
+    assert all(moved <= 5 * (t + 1) for t, moved in seen), seen
+    # ... and in steps of about a second's worth, not in one burst
+    counts = sorted({moved for _, moved in seen})
+    assert len(counts) >= 4, seen
+    assert max(b - a for a, b in itertools.pairwise(counts)) <= 15, seen
 
 
 # --- authentication and grants ------------------------------------------------------------------
@@ -810,3 +844,266 @@ def test_wait_time_out_of_range_is_refused_by_sql(sqs: Sqs) -> None:
         with pytest.raises(ClientError) as err:
             sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait)
         assert code(err) == "InvalidParameterValue" and status(err) == 400
+
+
+def test_fifo_dedup_id_and_sequence_number(sqs: Sqs, clean: str) -> None:
+    """Received FIFO messages carry MessageDeduplicationId (given, or the body's SHA-256) and a
+    SequenceNumber that grows within a group and matches SendMessage's; asked for by name or All,
+    absent when not asked for, and kept past the dedup window (it is the message's own)."""
+    url = sqs.create_queue(QueueName="dd.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    cbd = sqs.create_queue(QueueName="cbd.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    sent = [sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g",
+                             MessageDeduplicationId=f"d{i}") for i in range(3)]
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "a", "MessageBody": "m3", "MessageGroupId": "g", "MessageDeduplicationId": "d3"},
+        {"Id": "b", "MessageBody": "h0", "MessageGroupId": "h", "MessageDeduplicationId": "e0"},
+    ])["Successful"]
+    seqs = [s["SequenceNumber"] for s in sent] + [batch[0]["SequenceNumber"]]
+    assert all(len(x) == 20 and x.isdigit() for x in seqs)
+    assert seqs == sorted(seqs, key=int) and len(set(seqs)) == 4
+    with psycopg.connect(clean, autocommit=True) as c:  # the window ends; the ids stay
+        c.execute("UPDATE queue_pg.dedup SET expires_at = now() - interval '1 s'")
+        c.execute("SELECT queue_pg.sweep()")
+    by_body, asked_all = {}, set()
+    for i in range(5):
+        names_ = ["All"] if i % 2 else ["MessageDeduplicationId", "SequenceNumber"]
+        (m,) = _receive(sqs, url, WaitTimeSeconds=0, MaxNumberOfMessages=1,
+                        MessageSystemAttributeNames=names_)
+        by_body[m["Body"]] = m
+        if i % 2:
+            asked_all.add(m["Body"])
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    for i in range(4):
+        m = by_body[f"m{i}"]
+        assert m["Attributes"]["MessageDeduplicationId"] == f"d{i}"
+        assert m["Attributes"]["SequenceNumber"] == seqs[i]
+        assert m["MessageId"] == [*sent, batch[0]][i]["MessageId"]
+        # asked by name: only those; All: the group too
+        assert ("MessageGroupId" in m["Attributes"]) == (m["Body"] in asked_all)
+    assert by_body["h0"]["Attributes"]["MessageDeduplicationId"] == "e0"
+    # content-based: the body's SHA-256, as the queue deduplicated it
+    sqs.send_message(QueueUrl=cbd, MessageBody="same", MessageGroupId="g")
+    (m,) = _receive(sqs, cbd, WaitTimeSeconds=0, AttributeNames=["All"])
+    assert m["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(
+        json.dumps("same").encode()).hexdigest()
+    # not asked: none of the three (and no extra statement)
+    sqs.change_message_visibility(QueueUrl=cbd, ReceiptHandle=m["ReceiptHandle"],
+                                  VisibilityTimeout=0)
+    (m,) = _receive(sqs, cbd, WaitTimeSeconds=0, MessageSystemAttributeNames=["SenderId"])
+    assert set(m["Attributes"]) == {"SenderId"}
+
+
+def test_message_ids_are_uuids_of_the_message_id(sqs: Sqs, clean: str) -> None:
+    """MessageId is UUID-shaped, the same on send, receive and a duplicate send, and reads back
+    to queue_pg's message id (no table)."""
+    import uuid
+
+    from queue_pg.sqs import names
+
+    url = sqs.create_queue(QueueName="ids")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x")["MessageId"]
+    assert str(uuid.UUID(sent)) == sent and uuid.UUID(sent).version == 8
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0)
+    assert m["MessageId"] == sent
+    with psycopg.connect(clean, autocommit=True) as c:
+        row = c.execute("SELECT id FROM queue_pg.messages WHERE body = '\"x\"'").fetchone()
+    assert row is not None and names.message_id_of(sent) == row[0]
+    assert "SequenceNumber" not in sqs.send_message(QueueUrl=url, MessageBody="y")
+    assert names.message_id_of(str(uuid.uuid4())) is None
+
+
+def _query_client(sqs: Sqs, endpoint: str, folder: Any) -> Any:
+    """A botocore SQS client that speaks the query protocol (SQS's model, its protocol set to
+    query, loaded from ``folder``): what older SDKs send, presigned by botocore itself."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    loader = session.get_component("data_loader")
+    model = loader.load_service_model("sqs", "service-2")
+    model["metadata"] = {**model["metadata"], "protocol": "query", "protocols": ["query"]}
+    target = folder / "sqs" / model["metadata"]["apiVersion"]
+    target.mkdir(parents=True)
+    (target / "service-2.json").write_text(json.dumps(model))
+    loader.search_paths.insert(0, str(folder))
+    creds = sqs._request_signer._credentials
+    return session.create_client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                                 aws_access_key_id=creds.access_key,
+                                 aws_secret_access_key=creds.secret_key)
+
+
+def test_presigned_urls(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
+    """A GET presigned by botocore's generate_presigned_url runs as its key's role; expired,
+    tampered, bodied or wrongly keyed URLs are refused."""
+    import urllib.error
+    import urllib.request
+    from xml.etree import ElementTree
+
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+    sqs = make_sqs()
+    url = sqs.create_queue(QueueName="presigned")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="hello")
+    old = _query_client(sqs, endpoint, tmp_path)
+
+    def get(link: str, data: bytes | None = None) -> tuple[int, ElementTree.Element]:
+        req = urllib.request.Request(link, data=data, method="POST" if data else "GET")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                return response.status, ElementTree.fromstring(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, ElementTree.fromstring(err.read())
+
+    def error(x: ElementTree.Element) -> str | None:
+        return x.findtext("s:Error/s:Code", namespaces=ns)
+
+    def presign(method: str, params: dict[str, Any], expires: int = 60, client: Any = old) -> str:
+        return str(client.generate_presigned_url(method, Params=params, ExpiresIn=expires,
+                                                 HttpMethod="GET"))
+
+    link = presign("receive_message", {"QueueUrl": url, "MaxNumberOfMessages": 1})
+    assert "X-Amz-Signature=" in link and "Action=ReceiveMessage" in link
+    status_, x = get(link)
+    assert status_ == 200, ElementTree.tostring(x)
+    assert x.findtext(".//s:Message/s:Body", namespaces=ns) == "hello"
+
+    # tampered: a parameter changed, added, or the expiry stretched
+    status_, x = get(link.replace("MaxNumberOfMessages=1", "MaxNumberOfMessages=2"))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    status_, x = get(link + "&VisibilityTimeout=0")
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    status_, x = get(link.replace("X-Amz-Expires=60", "X-Amz-Expires=600"))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    # a body is not signed by the URL, so none is taken (it would add parameters)
+    status_, x = get(link, data=b"Action=DeleteQueue")
+    assert status_ == 403 and error(x) == "IncompleteSignature"
+    # signed with a wrong secret; signed by a key that is then revoked
+    wrong = _query_client(make_sqs(secret="x" * 40), endpoint, tmp_path / "w")
+    status_, x = get(presign("get_queue_url", {"QueueName": "presigned"}, client=wrong))
+    assert (status_, error(x)) == (403, "SignatureDoesNotMatch")
+    # expired: good for 1 s
+    short = presign("get_queue_url", {"QueueName": "presigned"}, expires=1)
+    assert get(short)[0] == 200
+    time.sleep(2.2)
+    status_, x = get(short)
+    assert (status_, error(x)) == (403, "RequestExpired")
+    # the grants of the key's role decide, as with a signed header
+    sqs.delete_queue(QueueUrl=url)
+    status_, x = get(presign("get_queue_url", {"QueueName": "presigned"}))
+    assert (status_, error(x)) == (400, "AWS.SimpleQueueService.NonExistentQueue")
+
+
+def test_one_pool_lends_each_connection_as_one_role(
+    make_role: MakeRole, clean: str  # noqa: F811
+) -> None:
+    """RolePool: a loan runs as the request's role; the next one starts as the DSN's user,
+    after an error in a transaction, a failed SET ROLE, or a cancelled borrower alike."""
+    import asyncio
+
+    from queue_pg.sqs.app import REQUEST_ROLE, RolePool
+
+    a = make_role("poola", PRODUCER)
+    with psycopg.connect(clean) as c:
+        owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+
+    async def run() -> None:
+        pool = RolePool(clean, max_size=1)  # one connection: every loan is the same one
+        await pool.open()
+        try:
+            async def who(role: str | None) -> tuple[str, int]:
+                REQUEST_ROLE.set(role)
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(
+                        "SELECT current_user::text, pg_backend_pid()")).fetchone()
+                    assert row is not None
+                    return str(row[0]), int(row[1])
+
+            user, pid = await asyncio.create_task(who(a.name))
+            assert user == a.name
+            assert await asyncio.create_task(who(None)) == (owner, pid)
+
+            async def fail_in_transaction() -> None:
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn, conn.transaction():
+                    await conn.execute("SELECT 1/0")
+
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await asyncio.create_task(fail_in_transaction())
+            assert await asyncio.create_task(who(None)) == (owner, pid)
+
+            async def hold() -> None:
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(5)")
+
+            task = asyncio.create_task(hold())
+            await asyncio.sleep(0.5)
+            task.cancel()  # mid-statement: the connection is closed or reset, never kept as a
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert (await asyncio.create_task(who(None)))[0] == owner
+
+            with pytest.raises(psycopg.Error):  # no such role: refused, the loan given back
+                await asyncio.create_task(who("qp_no_such_role"))
+            assert (await asyncio.create_task(who(None)))[0] == owner
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+
+
+def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> None:  # noqa: F811
+    """Two keys with different grants, interleaved on an endpoint of two connections: each
+    request gets its own key's grants, before and after other requests' errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT queue_pg.create_queue('share-a'), queue_pg.create_queue('share-b')")
+    roles = {k: make_role(f"share{k}", PRODUCER, CONSUMER) for k in "ab"}
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for k, role in roles.items():
+            for privilege in ("send", "receive"):
+                c.execute("SELECT queue_pg.grant(%s, %s, %s)", [f"share-{k}", role.name, privilege])
+    with serve(create_app(dsn, pool_size=2)) as url:
+        base = f"{url}/000000000000/share-"
+
+        def client(k: str) -> Sqs:
+            access, secret = _key(dsn, roles[k].name)
+            return boto3.client("sqs", endpoint_url=url, region_name="us-east-1",
+                                aws_access_key_id=access, aws_secret_access_key=secret,
+                                config=Config(retries={"max_attempts": 1}, read_timeout=60))
+
+        def work(k: str, n: int) -> list[str]:
+            sqs, other = client(k), "b" if k == "a" else "a"
+            problems = []
+            for i in range(12):
+                sqs.send_message(QueueUrl=base + k, MessageBody=f"{k}-{n}-{i}")
+                for call in (lambda: sqs.send_message(QueueUrl=base + other, MessageBody="x"),
+                             lambda: sqs.receive_message(QueueUrl=base + other)):
+                    try:
+                        call()
+                        problems.append(f"{k} reached {other}")
+                    except ClientError as err:
+                        if err.response["Error"]["Code"] != "AccessDenied":
+                            problems.append(str(err))
+                # an SQL error inside the request (the batch's statement), then more statements
+                batch = sqs.send_message_batch(QueueUrl=base + k, Entries=[
+                    {"Id": "ok", "MessageBody": f"{k}-{n}-{i}-b"},
+                    {"Id": "bad", "MessageBody": "x", "MessageDeduplicationId": "d" * 200}])
+                if [e["Id"] for e in batch["Failed"]] != ["bad"]:
+                    problems.append(f"batch {batch}")
+                got = sqs.receive_message(QueueUrl=base + k, MaxNumberOfMessages=10,
+                                          WaitTimeSeconds=1 if i % 4 == 0 else 0)
+                for m in got.get("Messages", []):
+                    if not m["Body"].startswith(f"{k}-"):
+                        problems.append(f"{k} got {m['Body']}")
+                    sqs.delete_message(QueueUrl=base + k, ReceiptHandle=m["ReceiptHandle"])
+            return problems
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda x: work(*x), [(k, n) for k in "ab" for n in range(4)]))
+    assert results == [[]] * 8
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute("SELECT q.name, m.body #>> '{}' FROM queue_pg.messages m"
+                         " JOIN queue_pg.queues q ON q.id = m.queue_id"
+                         " WHERE q.name LIKE 'share-%'").fetchall()
+    assert all(body.startswith(name[-1] + "-") for name, body in rows), rows

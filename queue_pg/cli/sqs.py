@@ -20,7 +20,8 @@ __all__ = ["sqs"]
               help="Accept unsigned requests and run them all as the DSN's user (development"
                    " only).")
 @click.option("--pool-size", default=10, show_default=True, type=int,
-              help="Connections per PostgreSQL role.")
+              help="Connections shared by the requests of every key (each loan runs as the"
+                   " key's role).")
 @click.pass_context
 def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int) -> None:
     """Serve SQS's JSON protocol on HOST:PORT, so boto3 and the AWS SDKs use queue_pg.

@@ -17,7 +17,7 @@ from queue_pg import errors
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
 from queue_pg.sqs import attributes, moves, names, tags
-from queue_pg.types import Message, QueueConfig
+from queue_pg.types import Message, MessageDetails, QueueConfig
 
 MAX_BATCH = 10
 
@@ -249,11 +249,13 @@ def _body(entry: dict[str, Any]) -> str:
     return body
 
 
-def _sent(body: str, attrs: dict[str, Any] | None, msg_id: int) -> dict[str, Any]:
-    out = {"MessageId": str(msg_id), "MD5OfMessageBody": attributes.md5_body(body)}
+def _sent(body: str, attrs: dict[str, Any] | None, msg_id: int, fifo: bool) -> dict[str, Any]:
+    out = {"MessageId": names.message_id(msg_id), "MD5OfMessageBody": attributes.md5_body(body)}
     digest = attributes.md5_attributes(attrs or {})
     if digest is not None:
         out["MD5OfMessageAttributes"] = digest
+    if fifo:
+        out["SequenceNumber"] = names.sequence_number(msg_id)
     return out
 
 
@@ -264,7 +266,7 @@ async def _send_one(r: Request, queue: str, entry: dict[str, Any]) -> dict[str, 
         queue, body, delay=_int(entry.get("DelaySeconds"), "DelaySeconds"), attributes=attrs,
         group=entry.get("MessageGroupId"), dedup_id=entry.get("MessageDeduplicationId"),
     )
-    return _sent(body, attrs, msg_id)
+    return _sent(body, attrs, msg_id, names.is_fifo_url(r.params.get("QueueUrl")))
 
 
 async def send_message(r: Request) -> dict[str, Any]:
@@ -330,16 +332,21 @@ async def send_message_batch(r: Request) -> dict[str, Any]:
         except QueueError:
             pass  # one entry spoils the statement: find which, entry by entry
         else:
-            return {"Successful": [{"Id": e.get("Id"), **_sent(b, a, i)}
+            fifo = names.is_fifo_url(r.params.get("QueueUrl"))
+            return {"Successful": [{"Id": e.get("Id"), **_sent(b, a, i, fifo)}
                                    for e, (b, a), i in zip(entries, prepared, ids, strict=True)],
                     "Failed": []}
     return await _each(r, lambda e: _send_one(r, queue, e))
 
 
+#: System attributes that take one more statement (``message_details``), made only when asked for
+DETAILS = {"All", "MessageGroupId", "MessageDeduplicationId", "SequenceNumber"}
+
+
 def _message(m: Message, wanted: set[str], want_attrs: list[str],
-             group: str | None = None) -> dict[str, Any]:
+             details: MessageDetails | None = None) -> dict[str, Any]:
     body = m.body if isinstance(m.body, str) else json.dumps(m.body)
-    out: dict[str, Any] = {"MessageId": str(m.id), "ReceiptHandle": m.receipt,
+    out: dict[str, Any] = {"MessageId": names.message_id(m.id), "ReceiptHandle": m.receipt,
                            "MD5OfBody": attributes.md5_body(body), "Body": body}
     system = {
         "ApproximateReceiveCount": str(m.receive_count),
@@ -349,8 +356,13 @@ def _message(m: Message, wanted: set[str], want_attrs: list[str],
     if m.first_received_at is not None:
         first = int(m.first_received_at.timestamp() * 1000)
         system["ApproximateFirstReceiveTimestamp"] = str(first)
-    if group is not None:
-        system["MessageGroupId"] = group
+    if details is not None:
+        if details.group is not None:
+            system["MessageGroupId"] = details.group
+        if details.dedup_id is not None:
+            system["MessageDeduplicationId"] = details.dedup_id
+        if details.sequence is not None:
+            system["SequenceNumber"] = names.sequence_number(details.sequence)
     chosen = system if "All" in wanted else {k: v for k, v in system.items() if k in wanted}
     if chosen:
         out["Attributes"] = chosen
@@ -377,11 +389,12 @@ async def receive_message(r: Request) -> dict[str, Any]:
     wanted = set(r.params.get("AttributeNames") or [])
     wanted |= set(r.params.get("MessageSystemAttributeNames") or [])
     want_attrs = list(r.params.get("MessageAttributeNames") or [])
-    groups: dict[str, str | None] = {}
-    if messages and ("All" in wanted or "MessageGroupId" in wanted):
-        # one more statement, only when asked: the groups by receipt (SQL checks the grant)
-        groups = await r.client.message_groups(queue, [m.receipt for m in messages if m.receipt])
-    return {"Messages": [_message(m, wanted, want_attrs, groups.get(m.receipt or ""))
+    details: dict[str, MessageDetails] = {}
+    if messages and wanted & DETAILS:
+        # one more statement, only when asked: group, dedup id, sequence number by receipt
+        # (SQL checks the grant)
+        details = await r.client.message_details(queue, [m.receipt for m in messages if m.receipt])
+    return {"Messages": [_message(m, wanted, want_attrs, details.get(m.receipt or ""))
                          for m in messages]}
 
 

@@ -2,23 +2,27 @@
 protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg.
 
 Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
-then runs as the key's PostgreSQL role, through a client whose connections start with
-``role=<that role>`` (one small pool per role, made on first use): queue_pg's own grants decide
-what it may do. ``auth=False`` runs every request as the DSN's user, for local development.
+then runs as the key's PostgreSQL role: one pool serves every role, and each connection it lends
+takes the role of the request that borrows it (``SET ROLE``, :class:`RolePool`) and drops it on
+its way back, so queue_pg's own grants decide what the request may do. ``auth=False`` runs every
+request as the DSN's user, for local development.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qsl
 
-from psycopg import conninfo
+import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -26,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from queue_pg.aio import AsyncClient
+from queue_pg.aio_base import _configure
 from queue_pg.errors import translate
 from queue_pg.sqs import actions, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe
@@ -52,51 +57,150 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def role_dsn(dsn: str, role: str) -> str:
-    """``dsn`` whose sessions start as ``role`` (libpq options; spaces and backslashes escaped)."""
-    params = conninfo.conninfo_to_dict(dsn)
-    escaped = role.replace("\\", "\\\\").replace(" ", "\\ ")
-    params["options"] = f"{params.get('options') or ''} -c role={escaped}".strip()
-    return conninfo.make_conninfo("", **params)
+#: The role of the request this task serves (None: the DSN's own user).
+REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
+
+
+async def _drop_role(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's reset of every connection given back (after its rollback, if it was in a
+    transaction): an error here makes the pool close the connection instead of keeping it."""
+    await conn.execute("RESET ROLE")
+
+
+class RolePool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """One pool for every key's role. A connection lent takes the role in
+    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection) before
+    anything runs on it; the pool's reset (``RESET ROLE``) runs on every return, error or not,
+    and a connection it cannot reset is closed, never lent again. So a role lasts exactly one
+    loan, and the next borrower starts as the DSN's user whatever the last one did."""
+
+    def __init__(self, dsn: str, *, max_size: int) -> None:
+        super().__init__(dsn, min_size=0, max_size=max_size, open=False, name="queue_pg_sqs",
+                         kwargs={"autocommit": True}, configure=_configure, reset=_drop_role,
+                         check=AsyncConnectionPool.check_connection)
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        conn = await super().getconn(timeout)
+        role = REQUEST_ROLE.get()
+        if role is not None:
+            try:
+                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+            except BaseException:
+                await self.putconn(conn)  # reset (or closed) on its way back
+                raise
+        return conn
+
+
+#: Seconds between two steps of the running move tasks (their rate holds per step: see
+#: queue_pg._redrive_advance), and between two looks for tasks started elsewhere when none runs.
+STEP_EVERY = 1.0
+IDLE_LOOK_EVERY = 30.0
+
+_RUNNING = "SELECT EXISTS (SELECT 1 FROM queue_pg.redrive_tasks WHERE status = 'running')"
 
 
 class Endpoint:
-    """The app's state: the owner's connection for key look-ups and a client per role."""
+    """The app's state: the owner's connections for key look-ups, one pool and client for the
+    requests of every role, and the stepper of move tasks."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
         self.dsn = dsn
         self.auth = auth
         self.pool_size = pool_size
-        self._clients: dict[str | None, AsyncClient] = {}
+        self._pool: RolePool | None = None
+        self._client: AsyncClient | None = None
         self._keys: AsyncConnectionPool[Any] | None = None
-        self._keys_lock = asyncio.Lock()  # the first requests may come together
+        self._open_lock = asyncio.Lock()  # the first requests may come together
+        self._stepper: asyncio.Task[None] | None = None
+        self._moves_started = asyncio.Event()
 
-    def client(self, role: str | None) -> AsyncClient:
-        if role not in self._clients:
-            dsn = self.dsn if role is None else role_dsn(self.dsn, role)
-            self._clients[role] = AsyncClient(dsn, min_size=0, max_size=self.pool_size)
-        return self._clients[role]
+    async def open(self) -> None:
+        """Open the pools on first use (idempotent)."""
+        if self._client is not None:
+            return
+        async with self._open_lock:
+            if self._client is not None:
+                return
+            pool = RolePool(self.dsn, max_size=self.pool_size)
+            await pool.open()
+            if self.auth:
+                keys: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+                try:
+                    await keys.open()
+                except BaseException:
+                    await keys.close()
+                    await pool.close()
+                    raise
+                self._keys = keys
+            self._pool = pool
+            self._client = AsyncClient(pool)
+            self._stepper = asyncio.create_task(self._step_moves(), name="queue_pg_sqs_moves")
+
+    @property
+    def client(self) -> AsyncClient:
+        """The client of every request; it runs as the role in :data:`REQUEST_ROLE`."""
+        assert self._client is not None, "Endpoint.open() first"
+        return self._client
+
+    def moves_started(self) -> None:
+        """A move task started here: step it from now on (see :meth:`_step_moves`)."""
+        self._moves_started.set()
+
+    async def _step_moves(self) -> None:
+        """Step the running move tasks (``redrive_step``, as the DSN's user, who manages every
+        queue) every STEP_EVERY seconds while any runs, so a task moves about its rate each
+        second instead of a sweep's worth at a time; when none runs, wait for one started here
+        or look again after IDLE_LOOK_EVERY (tasks started by the CLI or another endpoint)."""
+        REQUEST_ROLE.set(None)  # this task's own context: the DSN's user
+        client, pool = self.client, self._pool
+        assert pool is not None
+        warned = False
+        while True:
+            running = False
+            self._moves_started.clear()  # a start from now on wakes the wait below
+            try:
+                await client.redrive_step()
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(_RUNNING)).fetchone()
+                running = bool(row and row[0])
+            except Exception:  # e.g. a DSN user who may not read the tasks: say so once
+                logger.log(logging.DEBUG if warned else logging.WARNING,
+                           "queue_pg.sqs: stepping move tasks failed", exc_info=True)
+                warned = True
+            if running:
+                await asyncio.sleep(STEP_EVERY)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moves_started.wait(), IDLE_LOOK_EVERY)
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
-        if self._keys is not None:
-            await self._keys.close()
-            self._keys = None
+        if self._stepper is not None:
+            self._stepper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stepper
+            self._stepper = None
+        self._client = None
+        for pool in (self._pool, self._keys):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._keys = None
 
     async def role_of(self, request: Request, body: bytes) -> str | None:
-        """The role the request runs as; SignatureError when it is not signed by a live key."""
+        """The role the request runs as; SignatureError when it is not signed by a live key
+        (in its Authorization header, or in its query string: a presigned URL)."""
         if not self.auth:
             return None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        cred = sigv4.parse(headers.get("authorization"))
-        async with self._keys_lock:
-            if self._keys is None:
-                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                    self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
-                await pool.open()
-                self._keys = pool
+        pairs = list(request.query_params.multi_items())
+        presigned = None
+        if sigv4.is_presigned(pairs) and "authorization" not in headers:
+            presigned = sigv4.parse_presigned(pairs)
+            cred = presigned.cred
+        else:
+            cred = sigv4.parse(headers.get("authorization"))
+        await self.open()
+        assert self._keys is not None
         async with self._keys.connection() as conn:
             with translate():
                 row = await (await conn.execute(
@@ -105,10 +209,12 @@ class Endpoint:
         if row is None:
             raise sigv4.SignatureError("InvalidClientTokenId",
                                        "The security token included in the request is invalid.")
-        raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        pairs = list(request.query_params.multi_items())
-        sigv4.verify(cred, row[0], request.method, raw_path.decode("latin-1"), pairs, headers,
-                     body)
+        raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
+        if presigned is not None:
+            sigv4.verify_presigned(presigned, row[0], request.method, raw_path, pairs, headers,
+                                   body)
+        else:
+            sigv4.verify(cred, row[0], request.method, raw_path, pairs, headers, body)
         return str(row[1])
 
 
@@ -141,7 +247,8 @@ def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
 def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str, Any]]:
     """(action, parameters) of a query protocol request: query string and form body; the queue
     is the request's path when no QueueUrl is given, as older SDKs send it."""
-    pairs = list(request.query_params.multi_items())
+    pairs = [(k, v) for k, v in request.query_params.multi_items()
+             if k not in sigv4.PRESIGN_PARAMS]  # a presigned URL's signature is no parameter
     pairs += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
     action, params = query.params(pairs)
     if "QueueUrl" not in params and request.url.path.strip("/"):
@@ -159,6 +266,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
         is_query = "x-amz-target" not in request.headers
         try:
             body = await _body(request)
+            await endpoint.open()
             role = await endpoint.role_of(request, body)
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             name, params = (_query_call(request, body, base) if is_query
@@ -167,7 +275,13 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
                                          " valid for this endpoint.")
-            result = await action(actions.Request(endpoint.client(role), params, base))
+            token = REQUEST_ROLE.set(role)  # every connection the action borrows takes it
+            try:
+                result = await action(actions.Request(endpoint.client, params, base))
+            finally:
+                REQUEST_ROLE.reset(token)
+            if name == "StartMessageMoveTask":
+                endpoint.moves_started()
         except Exception as err:  # every failure answers as SQS does
             return _error(err, is_query)
         if is_query:
@@ -177,6 +291,10 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:  # at start, so move tasks already running are stepped before any request
+            await endpoint.open()
+        except Exception:  # the server starts anyway; the first request tries again
+            logger.warning("queue_pg.sqs: cannot open the pools yet", exc_info=True)
         yield
         await endpoint.close()
 
@@ -186,4 +304,4 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
     return app
 
 
-__all__ = ["Endpoint", "create_app", "role_dsn"]
+__all__ = ["REQUEST_ROLE", "Endpoint", "RolePool", "create_app"]

@@ -7,6 +7,7 @@ endpoint stores ``orders.fifo`` as queue_pg queue ``orders-fifo`` and shows a FI
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import urlsplit
 
 from queue_pg.errors import QueueNotFound
@@ -52,3 +53,39 @@ def from_url(value: str) -> str:
     if not name:
         raise QueueNotFound(f"QueueUrl {value!r} names no queue")
     return to_queue_pg(name)
+
+
+#: The high 64 bits of every MessageId: "queuepg" in hex, with the UUID version nibble 8 (custom).
+_ID_HIGH = 0x7175_6575_6570_8067
+#: Variant bits 10 (RFC 9562) over the low 64 bits; the 62 below them hold the message id.
+_ID_VARIANT = 0b10 << 62
+_ID_BITS = (1 << 62) - 1
+
+
+def message_id(msg_id: int) -> str:
+    """SQS's MessageId: a UUID-shaped string made of queue_pg's message id (unique across
+    queues: one sequence), so it needs no table and reads back with :func:`message_id_of`."""
+    if not 0 <= msg_id <= _ID_BITS:
+        return str(msg_id)  # past 2**62 ids: not reached by a bigint sequence in practice
+    return str(uuid.UUID(int=(_ID_HIGH << 64) | _ID_VARIANT | msg_id))
+
+
+def message_id_of(value: str) -> int | None:
+    """queue_pg's message id of a MessageId this endpoint made; None for any other string."""
+    try:
+        n = uuid.UUID(value).int
+    except ValueError:
+        return int(value) if value.isdigit() else None
+    if n >> 64 != _ID_HIGH or (n >> 62) & 0b11 != 0b10:
+        return None
+    return n & _ID_BITS
+
+
+def sequence_number(msg_id: int) -> str:
+    """A FIFO message's SequenceNumber: its id (ids order a group), 20 digits as SQS's are."""
+    return f"{msg_id:020d}"
+
+
+def is_fifo_url(value: object) -> bool:
+    """Whether a QueueUrl names a FIFO queue (SQS requires their names to end in .fifo)."""
+    return isinstance(value, str) and urlsplit(value).path.rstrip("/").endswith(".fifo")

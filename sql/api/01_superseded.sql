@@ -37,3 +37,6 @@ DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double pre
 DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
     integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision, text[]);
 DROP FUNCTION IF EXISTS queue_pg._history_partitions(timestamptz, double precision);
+-- the SQS endpoint's MessageDeduplicationId: _fifo_send keeps each message's dedup id
+DROP FUNCTION IF EXISTS queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz,
+    double precision, bigint[]);

@@ -172,6 +172,7 @@ DECLARE
     new_id bigint;
     old_id bigint;
     dest integer;
+    key text;  -- the dedup id, kept on the message (the SQS endpoint's MessageDeduplicationId)
 BEGIN
     IF d >= t THEN
         PERFORM queue_pg._delay_past_ttl(d, t);
@@ -186,22 +187,23 @@ BEGIN
     END IF;
     -- deduplication (sql/api/22_dedup.sql): only a send with an id, or to a content_dedup queue
     IF dedup_id IS NOT NULL OR q.content_dedup THEN
+        key := queue_pg._dedup_key(dedup_id, body, q.content_dedup);
         new_id := nextval('queue_pg.messages_id_seq'::regclass);
-        old_id := queue_pg._dedup_one(q, queue_pg._dedup_key(dedup_id, body, q.content_dedup), new_id, n);
+        old_id := queue_pg._dedup_one(q, key, new_id, n);
         IF old_id IS NOT NULL THEN
             RETURN old_id;  -- a duplicate: accepted, not sent again
         END IF;
     END IF;
     IF q.fifo THEN
-        new_id := queue_pg._fifo_send(q, ARRAY[body], ARRAY[attributes], ARRAY["group"], n, t, ARRAY[new_id]);
+        new_id := queue_pg._fifo_send(q, ARRAY[body], ARRAY[attributes], ARRAY["group"], n, t, ARRAY[new_id], ARRAY[key]);
     ELSE
     IF q.has_routes THEN  -- a type with a route lands in its target queue (sql/api/56_tuning.sql)
         dest := (queue_pg._route(q.id, ARRAY[attributes]))[1];
     END IF;
-    INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+    INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id, dedup_id)
     OVERRIDING SYSTEM VALUE
     VALUES (coalesce(new_id, nextval('queue_pg.messages_id_seq'::regclass)), coalesce(dest, q.id),
-            n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes, "group")
+            n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, body, attributes, "group", key)
     RETURNING id INTO new_id;
     END IF;
     PERFORM nextval(queue_pg._sequence('sent', coalesce(dest, q.id)));
@@ -233,6 +235,7 @@ DECLARE
     dests integer[];
     ids bigint[];  -- with dedup ids: per message, its id (fresh) or its first's (a duplicate)
     fresh boolean[];
+    keys text[];  -- per message, its dedup id (kept on the message), or NULL
 BEGIN
     PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
     PERFORM queue_pg._check_list('bodies', bodies);
@@ -266,9 +269,9 @@ BEGIN
     -- deduplication (sql/api/22_dedup.sql): only a batch with ids, or to a content_dedup queue;
     -- duplicates are left out below, and what is counted and routed is the fresh messages only
     IF dedup_ids IS NOT NULL OR q.content_dedup THEN
-        SELECT x.sent_ids, x.fresh INTO ids, fresh
-        FROM queue_pg._dedup_ids(q, ARRAY(SELECT queue_pg._dedup_key(dedup_ids[b.i], b.body, q.content_dedup, (b.i - 1)::integer)
-                                          FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i), n) x;
+        keys := ARRAY(SELECT queue_pg._dedup_key(dedup_ids[b.i], b.body, q.content_dedup, (b.i - 1)::integer)
+                      FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i);
+        SELECT x.sent_ids, x.fresh INTO ids, fresh FROM queue_pg._dedup_ids(q, keys, n) x;
         RETURN QUERY SELECT unnest(ids);
     END IF;
     IF q.fifo AND fresh IS NULL THEN
@@ -278,17 +281,18 @@ BEGIN
             ARRAY(SELECT bodies[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i),
             CASE WHEN attributes IS NOT NULL THEN ARRAY(SELECT attributes[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i) END,
             ARRAY(SELECT "group"[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i), n, t,
-            ARRAY(SELECT ids[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i));
+            ARRAY(SELECT ids[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i),
+            ARRAY(SELECT keys[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i));
     ELSE
     IF q.has_routes THEN  -- per message: its type's target queue, or NULL (sql/api/56_tuning.sql)
         dests := queue_pg._route(q.id, attributes);
     END IF;
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
+        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id, dedup_id)
         OVERRIDING SYSTEM VALUE
         SELECT coalesce(ids[b.i], nextval('queue_pg.messages_id_seq'::regclass)), coalesce(dests[b.i], q.id),
-               n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i]
+               n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i], keys[b.i]
         FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
         WHERE fresh IS NULL OR fresh[b.i]
         ORDER BY b.i

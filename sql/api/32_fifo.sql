@@ -57,7 +57,7 @@ END $$;
 -- head (new, or emptied) gets its first message here as the head; every other message waits.
 CREATE OR REPLACE FUNCTION queue_pg._fifo_send(q queue_pg.queues, bodies jsonb[], attributes jsonb[],
                                                groups text[], n timestamptz, t double precision,
-                                               ids bigint[] DEFAULT NULL)
+                                               ids bigint[] DEFAULT NULL, dedups text[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -72,12 +72,12 @@ BEGIN
     SELECT coalesce(array_agg(g.group_id) FILTER (WHERE g.head IS NULL), '{}') INTO open FROM g;
     RETURN QUERY
     WITH ins AS (
-        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id)
-        OVERRIDING SYSTEM VALUE  -- ids: those a deduplicated send reserved (sql/api/22_dedup.sql)
+        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id, dedup_id)
+        OVERRIDING SYSTEM VALUE  -- ids, dedups: a deduplicated send's reserved ids and its keys (sql/api/22_dedup.sql)
         SELECT coalesce(ids[b.i], nextval('queue_pg.messages_id_seq'::regclass)), q.id,
                CASE WHEN b.first AND groups[b.i] = ANY (open) THEN n + queue_pg._seconds(q.delay)
                     ELSE 'infinity' END,
-               n + queue_pg._seconds(t), n, b.body, attributes[b.i], groups[b.i]
+               n + queue_pg._seconds(t), n, b.body, attributes[b.i], groups[b.i], dedups[b.i]
         FROM (SELECT u.body, u.i, row_number() OVER (PARTITION BY groups[u.i] ORDER BY u.i) = 1 AS first
               FROM unnest(bodies) WITH ORDINALITY AS u(body, i)) b
         ORDER BY b.i

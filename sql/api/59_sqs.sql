@@ -127,3 +127,22 @@ BEGIN
     FROM queue_pg._parse_receipts(q.id, receipts, queue_pg._key()) p
     JOIN queue_pg.messages m ON m.id = p.id AND m.queue_id = q.id;
 END $$;
+
+-- What SQS says of a FIFO message besides its group, for the endpoint's MessageDeduplicationId
+-- and SequenceNumber: by receipt as message_groups (the same checks), each message's group, its
+-- dedup id (the one its send claimed: given, or the body's SHA-256 on a content_dedup queue;
+-- kept on the message, so it outlives the dedup window) and, on a FIFO queue, its sequence
+-- number: the message id, which orders a group (a group's next message is its lowest id).
+CREATE OR REPLACE FUNCTION queue_pg.message_details(queue text, receipts text[])
+RETURNS TABLE (receipt text, "group" text, dedup_id text, sequence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
+BEGIN
+    PERFORM queue_pg._check('len(receipts)', coalesce(cardinality(receipts), 0), 0, 1000, 'receipts');
+    PERFORM queue_pg._check_list('receipts', receipts);
+    RETURN QUERY
+    SELECT receipts[p.i], m.group_id, m.dedup_id, CASE WHEN q.fifo THEN m.id END
+    FROM queue_pg._parse_receipts(q.id, receipts, queue_pg._key()) p
+    JOIN queue_pg.messages m ON m.id = p.id AND m.queue_id = q.id;
+END $$;

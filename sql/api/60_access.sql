@@ -162,7 +162,7 @@ BEGIN
                    WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
-                                      'message_groups')
+                                      'message_groups', 'message_details')
                        THEN ARRAY['queue_pg_consumer']
                    -- per-queue 'manage' grants decide; any member of a group may try
                    WHEN p.proname IN ('alter_queue', 'drop_queue', 'purge', 'redrive', 'grant',

@@ -60,3 +60,77 @@ def test_old_requests_and_malformed_headers_are_refused() -> None:
         with pytest.raises(sigv4.SignatureError) as err:
             sigv4.parse(bad)
         assert err.value.code == code
+
+
+def _presigned(expires: int = 60) -> tuple[list[tuple[str, str]], datetime]:
+    """A GET query-protocol request presigned by botocore's SigV4QueryAuth: its query pairs and
+    the time it was signed at."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    auth = pytest.importorskip("botocore.auth")
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    req = AWSRequest("GET", "http://127.0.0.1:9324/000000000000/q?Action=ReceiveMessage"
+                            "&Version=2012-11-05&MaxNumberOfMessages=1")
+    auth.SigV4QueryAuth(Credentials("AKQPEXAMPLE", SECRET), "sqs", "us-east-1",
+                        expires=expires).add_auth(req)
+    pairs = parse_qsl(urlsplit(req.url).query, keep_blank_values=True)
+    at = datetime.strptime(dict(pairs)["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(
+        tzinfo=timezone.utc)
+    return pairs, at
+
+
+def presigned_check(pairs: list[tuple[str, str]], now: datetime, body: bytes = b"",
+                    host: str = "127.0.0.1:9324", path: str = "/000000000000/q") -> None:
+    sigv4.verify_presigned(sigv4.parse_presigned(pairs), SECRET, "GET", path, pairs,
+                           {"host": host}, body, now=now)
+
+
+def test_presigned_urls_verify_until_they_expire() -> None:
+    pairs, at = _presigned(60)
+    assert sigv4.is_presigned(pairs)
+    presigned_check(pairs, at)
+    presigned_check(pairs, at + timedelta(seconds=60))
+    for now, code in [(at + timedelta(seconds=61), "RequestExpired"),
+                      (at - timedelta(minutes=16), "RequestExpired")]:
+        with pytest.raises(sigv4.SignatureError) as err:
+            presigned_check(pairs, now)
+        assert err.value.code == code
+
+
+@pytest.mark.parametrize("change", [
+    {"pairs": "MaxNumberOfMessages=10"}, {"pairs": "X-Amz-Expires=3600"},
+    {"pairs": "extra"}, {"host": "evil.example.com"}, {"path": "/000000000000/other"},
+])
+def test_presigned_changes_are_refused(change: dict[str, str]) -> None:
+    pairs, at = _presigned()
+    kw: dict[str, str] = {k: v for k, v in change.items() if k != "pairs"}
+    if change.get("pairs") == "extra":
+        pairs = [*pairs, ("VisibilityTimeout", "0")]
+    elif "pairs" in change:
+        name, value = change["pairs"].split("=")
+        pairs = [(k, value if k == name else v) for k, v in pairs]
+    with pytest.raises(sigv4.SignatureError) as err:
+        presigned_check(pairs, at, **kw)
+    assert err.value.code == "SignatureDoesNotMatch"
+
+
+def test_presigned_malformed_or_with_a_body_is_refused() -> None:
+    pairs, at = _presigned()
+    with pytest.raises(sigv4.SignatureError) as err:
+        presigned_check(pairs, at, body=b"Action=DeleteQueue")
+    assert err.value.code == "IncompleteSignature"
+    for edit, code in [
+        (lambda p: [x for x in p if x[0] != "X-Amz-Signature"], "IncompleteSignature"),
+        (lambda p: [*p, ("X-Amz-Date", "20990101T000000Z")], "IncompleteSignature"),
+        (lambda p: [(k, "0" if k == "X-Amz-Expires" else v) for k, v in p],
+         "AuthorizationQueryParametersError"),
+        (lambda p: [(k, "604801" if k == "X-Amz-Expires" else v) for k, v in p],
+         "AuthorizationQueryParametersError"),
+        (lambda p: [(k, "AWS4-HMAC-SHA1" if k == "X-Amz-Algorithm" else v) for k, v in p],
+         "IncompleteSignature"),
+    ]:
+        with pytest.raises(sigv4.SignatureError) as err:
+            sigv4.parse_presigned(edit(pairs))
+        assert err.value.code == code
