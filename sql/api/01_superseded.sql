@@ -37,3 +37,5 @@ DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double pre
 DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
     integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean, double precision, text[]);
 DROP FUNCTION IF EXISTS queue_pg._history_partitions(timestamptz, double precision);
+-- the bulk path sends through _send_rows (send_batch's rules), which names a bad row itself
+DROP FUNCTION IF EXISTS queue_pg._refuse_staged(queue_pg.queues, jsonb, jsonb, tid);
