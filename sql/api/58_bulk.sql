@@ -108,7 +108,7 @@ BEGIN
            CASE WHEN bool_or(s.dedup_id IS NOT NULL) THEN array_agg(s.dedup_id) END AS dedup_ids,
            CASE WHEN bool_or(s.group_id IS NOT NULL) THEN array_agg(s.group_id) END AS groups
     INTO staged
-    FROM (SELECT x.* FROM pg_temp.queue_pg_staging x ORDER BY x.ctid) s;
+    FROM pg_temp.queue_pg_staging s;  -- a scan of the table COPY just filled: its order
     TRUNCATE pg_temp.queue_pg_staging;
     IF staged.bodies IS NULL THEN
         sent := 0;
