@@ -211,6 +211,14 @@ def test_the_data_source_writes_once_per_write_id(spark: SparkSession, jobs: Cli
         (df.write.format("queue_pg").mode("append").option("dsn", clean).option("queue", "jobs")
          .option("write_id", "ds").option("chunk_rows", 30).save())
     assert sorted(message_ids(clean)) == list(range(200))
+    # dedup_id and group columns: a new write of the same ids sends nothing
+    keyed = df.withColumn("dedup_id", F.get_json_object("body", "$.id")).withColumn("group", F.lit("g"))
+    for write_id in ("ds-keyed-1", "ds-keyed-2"):
+        (keyed.write.format("queue_pg").mode("append").option("dsn", clean).option("queue", "jobs")
+         .option("write_id", write_id).save())
+    with psycopg.connect(clean) as c:
+        assert c.execute("SELECT count(*), count(DISTINCT body) FROM queue_pg.messages WHERE group_id = 'g'"
+                         ).fetchone() == (200, 200)
     with pytest.raises(Exception, match="allowed 'append'"):
         df.write.format("queue_pg").mode("overwrite").option("dsn", clean).option("queue", "jobs").save()
 
