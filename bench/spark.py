@@ -14,11 +14,16 @@ history rows (three queues, four types, log-normal processing times), the Spark 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from bench import Scenario, db
@@ -122,6 +127,74 @@ def _fresh(dsn: str) -> None:
         conn.execute("CHECKPOINT")
 
 
+#: What a process is, by its command line: PostgreSQL backends of the bench's database, the
+#: Spark JVM (local mode: driver and executors), Spark's Python workers.
+_KINDS = (("postgres", "postgres: "), ("jvm", "org.apache.spark"), ("python", "pyspark"))
+
+
+def _cpu_seconds(pid: str) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@contextlib.contextmanager
+def _cpu_split(database: str, into: dict[str, float]) -> Iterator[None]:
+    """CPU seconds spent in the block by kind of process (_KINDS), whatever else runs on the
+    host: /proc sampled every 50 ms, each process counted from its first sample (or 0 for one
+    started in the block) to its last (backends exit when a partition's connection closes).
+    Linux only; elsewhere ``into`` stays empty. Load-independent where throughput is not."""
+    if not os.path.isdir("/proc/self"):
+        yield
+        return
+    first: dict[str, float] = {}
+    last: dict[str, tuple[str, float]] = {}
+    stop = threading.Event()
+
+    def kind(pid: str) -> str | None:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+        if cmd.startswith("postgres: "):
+            return "postgres" if f" {database} " in cmd else None
+        return next((k for k, mark in _KINDS[1:] if mark in cmd), None)
+
+    def sample(initial: bool) -> None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            k = last[pid][0] if pid in last else kind(pid)
+            if k is None:
+                continue
+            try:
+                cpu = _cpu_seconds(pid)
+            except OSError:
+                continue
+            if pid not in first:
+                first[pid] = cpu if initial else 0.0
+            last[pid] = (k, cpu)
+
+    def loop() -> None:
+        while not stop.wait(0.05):
+            sample(False)
+
+    sample(True)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sample(False)
+        for pid, (k, cpu) in last.items():
+            into[k] = into.get(k, 0.0) + cpu - first[pid]
+
+
+def db_name(dsn: str) -> str:
+    return str(conninfo_to_dict(dsn).get("dbname") or "")
+
+
 def _timed(fn: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
@@ -176,9 +249,11 @@ def run(args: argparse.Namespace) -> int:
                 (F.col("id") % 100).alias("bucket"))
             enqueue(df.limit(10), QUEUE, dsn=dsn)  # warm: JVM, Python workers, Arrow
             _fresh(dsn)
-            secs, result = _timed(lambda: enqueue(df, QUEUE, dsn=dsn, attributes=ATTRIBUTES))
+            cpu: dict[str, float] = {}
+            with _cpu_split(db_name(dsn), cpu):
+                secs, result = _timed(lambda: enqueue(df, QUEUE, dsn=dsn, attributes=ATTRIBUTES))
             assert result.rows_written == rows
-            figures["enqueue"] = {"seconds": secs, "rows": rows, "per_s": rows / secs}
+            figures["enqueue"] = {"seconds": secs, "rows": rows, "per_s": rows / secs, "cpu": cpu}
             log(f"queue_pg.spark.enqueue: {rows / secs:,.0f} msgs/s ({secs:.1f} s)")
 
             _fresh(dsn)
@@ -186,9 +261,11 @@ def run(args: argparse.Namespace) -> int:
             options["url"] += "?stringtype=unspecified"  # text into jsonb, as the server casts
             plain = df.select(F.to_json(F.struct("id", "name", "bucket")).alias("body"),
                               F.lit(json.dumps(ATTRIBUTES)).alias("attributes"))
-            secs, _ = _timed(lambda: plain.write.format("jdbc").options(**options)
-                             .option("dbtable", "public.bench_plain").mode("append").save())
-            figures["jdbc"] = {"seconds": secs, "rows": rows, "per_s": rows / secs}
+            cpu = {}
+            with _cpu_split(db_name(dsn), cpu):
+                secs, _ = _timed(lambda: plain.write.format("jdbc").options(**options)
+                                 .option("dbtable", "public.bench_plain").mode("append").save())
+            figures["jdbc"] = {"seconds": secs, "rows": rows, "per_s": rows / secs, "cpu": cpu}
             log(f"Spark JDBC writer (plain table): {rows / secs:,.0f} rows/s ({secs:.1f} s)")
 
             _fresh(dsn)
@@ -196,16 +273,21 @@ def run(args: argparse.Namespace) -> int:
                 F.lit(1).alias("queue_id"), F.current_timestamp().alias("visible_at"),
                 (F.current_timestamp() + F.expr("INTERVAL 4 DAYS")).alias("expires_at"),
                 F.current_timestamp().alias("enqueued_at"), "body", "attributes")
-            secs, _ = _timed(lambda: like.write.format("jdbc").options(**options)
-                             .option("dbtable", "public.bench_like").mode("append").save())
-            figures["jdbc_like"] = {"seconds": secs, "rows": rows, "per_s": rows / secs}
+            cpu = {}
+            with _cpu_split(db_name(dsn), cpu):
+                secs, _ = _timed(lambda: like.write.format("jdbc").options(**options)
+                                 .option("dbtable", "public.bench_like").mode("append").save())
+            figures["jdbc_like"] = {"seconds": secs, "rows": rows, "per_s": rows / secs, "cpu": cpu}
             log(f"Spark JDBC writer (table like queue_pg.messages): {rows / secs:,.0f} rows/s"
                 f" ({secs:.1f} s)")
 
             _fresh(dsn)
-            secs, sent = _timed(lambda: _send_batch(dsn, rows))
+            cpu = {}
+            with _cpu_split(db_name(dsn), cpu):
+                secs, sent = _timed(lambda: _send_batch(dsn, rows))
             assert sent == rows
-            figures["send_batch"] = {"seconds": secs, "rows": rows, "per_s": rows / secs}
+            figures["send_batch"] = {"seconds": secs, "rows": rows, "per_s": rows / secs,
+                                     "cpu": cpu}
             log(f"send_batch, one process: {rows / secs:,.0f} msgs/s ({secs:.1f} s)")
             _fresh(dsn)
 
@@ -237,15 +319,22 @@ def run(args: argparse.Namespace) -> int:
         f"Enqueue {rows:,} rows on `{args.master}` ({args.partitions} partitions); advisor over"
         f" {history_rows:,} history rows.",
         "",
-        markdown_table(["method", "rows/s", "seconds", "vs JDBC writer"], [
+        markdown_table(["method", "rows/s", "seconds", "vs JDBC writer",
+                        "CPU µs/row: PostgreSQL", "Spark JVM", "Spark Python"], [
             [name, f"{f['per_s']:,.0f}", f"{f['seconds']:.1f}",
-             f"{f['per_s'] / figures['jdbc']['per_s']:.2f}x"]
+             f"{f['per_s'] / figures['jdbc']['per_s']:.2f}x",
+             *(f"{f['cpu'][k] / rows * 1e6:.1f}" if k in f["cpu"] else "-"
+               for k in ("postgres", "jvm", "python"))]
             for name, f in (("queue_pg.spark.enqueue (COPY, exactly once)", figures["enqueue"]),
                             ("Spark JDBC writer, plain table", figures["jdbc"]),
                             ("Spark JDBC writer, table like queue_pg.messages",
                              figures["jdbc_like"]),
                             ("send_batch x1000, one Python process", figures["send_batch"]))
-        ], "lrrr"),
+        ], "lrrrrrr"),
+        "",
+        "CPU µs/row: CPU time of the benchmark database's backends, of the Spark JVM and of its"
+        " Python workers while the method ran, per row (from /proc; load-independent, unlike"
+        " rows/s on a shared host).",
         "",
         markdown_table(["advisor", "seconds", "advice rows"], [
             ["queue_pg.spark.advise (JDBC read + Spark)",

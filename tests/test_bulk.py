@@ -10,15 +10,22 @@ import psycopg
 import pytest
 
 from queue_pg import Client
-from queue_pg.errors import AccessDenied, InvalidParameter, MessageTooLarge, translate
+from queue_pg.errors import (
+    AccessDenied,
+    GroupRequired,
+    InvalidParameter,
+    MessageTooLarge,
+    translate,
+)
 from tests.test_access import PRODUCER, MakeRole, make_role  # noqa: F401
 
-COPY = "COPY pg_temp.queue_pg_staging (body, attributes) FROM STDIN"
+COPY = "COPY pg_temp.queue_pg_staging ({}) FROM STDIN"
+COLUMNS = ("body", "attributes", "dedup_id", "group_id")
 
 
 def send_chunk(
     conn: psycopg.Connection[Any],
-    rows: list[tuple[str, str | None]],
+    rows: list[tuple[str | None, ...]],
     key: tuple[str, str, int, int] = ("jobs", "w", 0, 0),
     *,
     commit: bool = True,
@@ -27,7 +34,8 @@ def send_chunk(
     with translate():
         conn.execute("BEGIN")
         conn.execute("SELECT queue_pg.stage(%s, %s, %s, %s)", key)
-        with conn.cursor().copy(COPY) as copy:
+        width = len(rows[0]) if rows else 2
+        with conn.cursor().copy(COPY.format(", ".join(COLUMNS[:width]))) as copy:
             for row in rows:
                 copy.write_row(row)
         got = conn.execute("SELECT queue_pg.send_staged(%s, %s, %s, %s)", key).fetchone()
@@ -203,3 +211,40 @@ def test_a_bulk_send_honours_routes_like_send(jobs: Client, conn: psycopg.Connec
         "SELECT q.name, count(*) FROM queue_pg.messages m JOIN queue_pg.queues q ON q.id = m.queue_id"
         " GROUP BY q.name ORDER BY q.name").fetchall()
     assert again == [("jobs", 6), ("jobs-bulky", 2), ("jobs-slow", 4)]
+
+
+def test_staged_dedup_ids_follow_send_batch_rules(jobs: Client, conn: psycopg.Connection[Any]) -> None:
+    """Dedup ids through the bulk path: a duplicate within the chunk, one sent before within the
+    window (by send), and a retried chunk (same key) each send nothing; the count is the fresh."""
+    jobs.send("jobs", {"i": "before"}, dedup_id="d-1")
+    rows = [(f'{{"i": {i}}}', None, f"d-{i % 4}", None) for i in range(8)]  # d-0..d-3, each twice
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        assert send_chunk(w, rows) == 3  # d-0, d-2, d-3: d-1 was sent before, the rest repeat
+        assert send_chunk(w, rows) is None  # the retried chunk: the key is written
+        assert send_chunk(w, rows, ("jobs", "w", 0, 1)) == 0  # a new key, every id in the window
+        assert w.execute("SELECT messages FROM queue_pg.bulk_writes ORDER BY chunk").fetchall() == [(3,), (0,)]
+        # the same rule as send_batch: an id of 129 characters is refused, named by its place
+        with pytest.raises(InvalidParameter, match=r"dedup_id\[1\] = 'xxx.*allowed 1 to 128 characters"):
+            send_chunk(w, [('{"i": 9}', None, None, None), ('{"i": 10}', None, "x" * 129, None)],
+                       ("jobs", "w", 0, 2))
+        w.execute("ROLLBACK")
+    assert bodies(conn) == [{"i": "before"}, {"i": 0}, {"i": 2}, {"i": 3}]
+    assert jobs.send_batch("jobs", [{"i": "again"}], dedup_ids=["d-3"]) == [
+        conn.execute("SELECT id FROM queue_pg.messages WHERE body = '{\"i\": 3}'").fetchone()[0]]  # type: ignore[index]
+
+
+def test_staged_groups_reach_a_fifo_queue_in_order(client: Client, conn: psycopg.Connection[Any]) -> None:
+    client.create_queue("ordered", fifo=True)
+    key = ("ordered", "w", 0, 0)
+    with psycopg.connect(conn.info.dsn, autocommit=True) as w:
+        with pytest.raises(GroupRequired, match=r"group\[2\] = NULL is invalid: queue 'ordered' is a FIFO queue"):
+            send_chunk(w, [('{"i": 0}', None, None, "a"), ('{"i": 1}', None, None, "b"),
+                           ('{"i": 2}', None, None, None)], key)
+        w.execute("ROLLBACK")
+        rows = [(f'{{"i": {i}}}', None, None, "ab"[i % 2]) for i in range(6)]
+        assert send_chunk(w, rows, key) == 6
+    got = conn.execute("SELECT group_id, body->>'i', visible_at < 'infinity' FROM queue_pg.messages"
+                       " ORDER BY id").fetchall()
+    assert got == [("ab"[i % 2], str(i), i < 2) for i in range(6)]  # one head per group
+    firsts = [m.body["i"] for m in client.receive("ordered", max_messages=10, visibility_timeout=30)]
+    assert sorted(firsts) == [0, 1]

@@ -138,6 +138,47 @@ def test_a_task_that_fails_midway_is_retried_and_each_row_is_sent_once(
     assert sorted(message_ids(clean)) == list(range(1000))
 
 
+def test_dedup_ids_through_a_retried_task_and_a_second_write(
+    spark: SparkSession, jobs: Client, clean: str, fail_once: None
+) -> None:
+    """Each row's dedup id goes with it: a task retried after a failure sends each row once, and
+    the same rows under another write_id (a new write, inside the dedup window) send nothing."""
+    # the last 50 rows of each partition (0-499, 500-999) repeat the keys of its first 50
+    key = F.when(F.col("id") % 500 >= 450, F.col("id") - 450).otherwise(F.col("id"))
+    df = rows(spark, 1000).withColumn("key", F.concat(F.lit("order-"), key.cast("string")))
+    sent = [i for i in range(1000) if i % 500 < 450]
+    first = enqueue(df, "jobs", dsn=clean, write_id="dedup-1", chunk_rows=100, dedup_id="key")
+    with psycopg.connect(clean) as c:
+        assert c.execute("SELECT last_value FROM public.fail_once").fetchone() == (2,)
+    # partition 1's retry skips the 3 chunks its first attempt committed (300 rows)
+    assert (first.rows_written, first.chunks_written, first.chunks_skipped) == (900 - 300, 7, 3)
+    assert sorted(message_ids(clean)) == sent
+    again = enqueue(df, "jobs", dsn=clean, write_id="dedup-2", chunk_rows=100, dedup_id=F.col("key"))
+    assert (again.rows_written, again.chunks_written) == (0, 10)  # every id within the window
+    assert sorted(message_ids(clean)) == sent
+
+
+def test_groups_through_the_sink_reach_a_fifo_queue_in_row_order(
+    spark: SparkSession, client: Client, clean: str
+) -> None:
+    client.create_queue("ordered", fifo=True)
+    df = rows(spark, 400, parts=2).withColumn("tenant", (F.col("id") % 3).cast("string"))
+    result = enqueue(df, "ordered", dsn=clean, group="tenant", chunk_rows=64)
+    assert result.rows_written == 400
+    with psycopg.connect(clean) as c:
+        got = c.execute("SELECT group_id, array_agg((body->>'id')::int ORDER BY id),"
+                        " count(*) FILTER (WHERE visible_at < 'infinity')"
+                        " FROM queue_pg.messages GROUP BY 1 ORDER BY 1").fetchall()
+    assert [g for g, _, _ in got] == ["0", "1", "2"]
+    for _, ids, heads in got:
+        assert heads == 1
+        # within a partition, a group's messages are in row order (partitions run side by side)
+        for lo, hi in ((0, 200), (200, 400)):
+            part = [i for i in ids if lo <= i < hi]
+            assert part == sorted(part)
+    assert sorted(i for _, ids, _ in got for i in ids) == list(range(400))
+
+
 def test_concurrent_duplicate_attempts_send_each_row_once(
     spark: SparkSession, jobs: Client, clean: str
 ) -> None:
@@ -170,6 +211,14 @@ def test_the_data_source_writes_once_per_write_id(spark: SparkSession, jobs: Cli
         (df.write.format("queue_pg").mode("append").option("dsn", clean).option("queue", "jobs")
          .option("write_id", "ds").option("chunk_rows", 30).save())
     assert sorted(message_ids(clean)) == list(range(200))
+    # dedup_id and group columns: a new write of the same ids sends nothing
+    keyed = df.withColumn("dedup_id", F.get_json_object("body", "$.id")).withColumn("group", F.lit("g"))
+    for write_id in ("ds-keyed-1", "ds-keyed-2"):
+        (keyed.write.format("queue_pg").mode("append").option("dsn", clean).option("queue", "jobs")
+         .option("write_id", write_id).save())
+    with psycopg.connect(clean) as c:
+        assert c.execute("SELECT count(*), count(DISTINCT body) FROM queue_pg.messages WHERE group_id = 'g'"
+                         ).fetchone() == (200, 200)
     with pytest.raises(Exception, match="allowed 'append'"):
         df.write.format("queue_pg").mode("overwrite").option("dsn", clean).option("queue", "jobs").save()
 

@@ -48,8 +48,11 @@ def message_columns(
     df: DataFrame,
     body: str | Column | None,
     attributes: str | Column | Mapping[str, Any] | None,
+    dedup_id: str | Column | None = None,
+    group: str | Column | None = None,
 ) -> DataFrame:
-    """``df`` as two JSON-text columns, body and attributes (the whole row when body is None)."""
+    """``df`` as the staging table's four text columns: body and attributes as JSON (the whole
+    row when body is None), dedup_id and group as strings (NULL when not given)."""
     body_col = (
         F.to_json(F.struct(*[F.col(c) for c in df.columns]))
         if body is None
@@ -61,7 +64,14 @@ def message_columns(
         attr_col = F.lit(json.dumps(dict(attributes), ensure_ascii=False))
     else:
         attr_col = json_column(df, attributes)
-    return df.select(body_col.alias("body"), attr_col.alias("attributes"))
+    return df.select(body_col.alias("body"), attr_col.alias("attributes"),
+                     _text(dedup_id).alias("dedup_id"), _text(group).alias("group"))
+
+
+def _text(value: str | Column | None) -> Column:
+    if value is None:
+        return F.lit(None).cast("string")
+    return (F.col(value) if isinstance(value, str) else value).cast("string")
 
 
 def enqueue(
@@ -75,22 +85,27 @@ def enqueue(
     ttl: float | None = None,
     write_id: str | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    dedup_id: str | Column | None = None,
+    group: str | Column | None = None,
 ) -> EnqueueResult:
     """Send one message per row of ``df``, each partition with COPY in one transaction per chunk.
 
     ``body``: a column (JSON text, struct, map or array) or, by default, the whole row as a JSON
-    object; ``attributes``: a column or one mapping for every row. Running again with the same
+    object; ``attributes``: a column or one mapping for every row; ``dedup_id`` and ``group``:
+    columns of each row's dedup id and group, as ``send_batch``'s ``dedup_ids`` and ``group``
+    (a FIFO queue needs ``group``; a row whose dedup id was sent within the queue's dedup window
+    is accepted and not sent again, nor counted in ``rows_written``). Running again with the same
     ``write_id`` sends only what no earlier run committed (``df`` must then yield the same rows
     in the same partitions, as for any idempotent Spark write); without one, a fresh id still
     makes retried and speculative tasks send nothing twice.
     """
     write_id = write_id or uuid.uuid4().hex
-    prepared = message_columns(df, body, attributes)
+    prepared = message_columns(df, body, attributes, dedup_id, group)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
-        lines = (copy_lines(b.column(0), b.column(1)) for b in batches)
+        lines = (copy_lines(b.column(0), b.column(1), b.column(2), b.column(3)) for b in batches)
         done = write_partition(
             chunked(lines, chunk_rows),
             dsn=dsn,

@@ -27,6 +27,8 @@ from queue_pg.spark.writer import (
 )
 
 NAME = "queue_pg"
+#: The columns besides body that a DataFrame may have, in the staging table's order.
+OPTIONAL = ("attributes", "dedup_id", "group")
 
 
 def register(spark: SparkSession) -> None:
@@ -43,7 +45,7 @@ class QueuePgDataSource(DataSource):
     """Options: ``dsn``, ``queue`` (required), ``write_id``, ``delay``, ``ttl``, ``chunk_rows``.
 
     The DataFrame has a string column ``body`` (JSON text: ``to_json`` a struct first) and
-    optionally ``attributes`` (JSON text of an object).
+    optionally ``attributes`` (JSON text of an object), ``dedup_id`` and ``group`` (strings).
     """
 
     @classmethod
@@ -54,10 +56,10 @@ class QueuePgDataSource(DataSource):
         if overwrite:
             raise ValueError("mode 'overwrite' is invalid for a queue: allowed 'append'")
         for field in schema.fields:
-            if field.name in ("body", "attributes") and not isinstance(field.dataType, StringType):
+            if field.name in (*OPTIONAL, "body") and not isinstance(field.dataType, StringType):
                 raise ValueError(
                     f"column {field.name} is {field.dataType.simpleString()}: allowed"
-                    " a string of JSON text (use to_json)"
+                    " a string (JSON text for body and attributes: use to_json)"
                 )
         if "body" not in schema.fieldNames():
             raise ValueError(
@@ -67,7 +69,7 @@ class QueuePgDataSource(DataSource):
         for option in ("dsn", "queue"):
             if not self.options.get(option):
                 raise ValueError(f"option {option} is missing: it is required")
-        return QueuePgWriter(dict(self.options), "attributes" in schema.fieldNames())
+        return QueuePgWriter(dict(self.options), [c for c in OPTIONAL if c in schema.fieldNames()])
 
 
 def _seconds(value: Any) -> float | None:
@@ -75,7 +77,7 @@ def _seconds(value: Any) -> float | None:
 
 
 class QueuePgWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, Any], has_attributes: bool) -> None:
+    def __init__(self, options: dict[str, Any], columns: list[str]) -> None:
         self.dsn = str(options["dsn"])
         self.queue = str(options["queue"])
         # made on the driver, so every task and attempt of this write shares it
@@ -83,13 +85,14 @@ class QueuePgWriter(DataSourceArrowWriter):
         self.delay = _seconds(options.get("delay"))
         self.ttl = _seconds(options.get("ttl"))
         self.chunk_rows = int(options.get("chunk_rows") or DEFAULT_CHUNK_ROWS)
-        self.has_attributes = has_attributes
+        self.columns = columns
 
     def write(self, iterator: Iterator[Any]) -> Written:
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
         lines = (
-            copy_lines(b.column("body"), b.column("attributes") if self.has_attributes else None)
+            copy_lines(b.column("body"), *(b.column(c) if c in self.columns else None
+                                           for c in OPTIONAL))
             for b in iterator
         )
         return Written(

@@ -1,6 +1,7 @@
 """The partition writer: JSON rows into a queue once per key, at COPY speed (psycopg and Arrow).
 
-A partition arrives as Arrow arrays of JSON text (body, attributes). They become COPY text lines
+A partition arrives as Arrow arrays of JSON text (body, attributes) and, when given, of dedup ids
+and groups. They become COPY text lines
 with vectorised Arrow string kernels, and the lines' data buffer is what COPY sends: no Python
 work per row. Each chunk (a fixed number of rows, whatever the batch sizes) is one transaction:
 ``queue_pg.stage`` readies the session's staging table (and says whether the key was written
@@ -25,7 +26,7 @@ from queue_pg.errors import translate
 #: Rows per transaction: bounds the staging table and the time a chunk holds its locks.
 DEFAULT_CHUNK_ROWS = 100_000
 
-_COPY = "COPY pg_temp.queue_pg_staging (body, attributes) FROM STDIN"
+_COPY = "COPY pg_temp.queue_pg_staging (body, attributes, dedup_id, group_id) FROM STDIN"
 #: COPY text format: these characters are escaped with a backslash; NULL is \N.
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
@@ -47,10 +48,17 @@ def _escaped(col: pa.Array) -> pa.Array:
     return pc.fill_null(col, "\\N")
 
 
-def copy_lines(body: pa.Array, attributes: pa.Array | None) -> pa.Array:
-    """One COPY text line per row: body TAB attributes NEWLINE (a missing value as \\N)."""
-    attrs: Any = pa.scalar("\\N") if attributes is None else _escaped(attributes)
-    row = pc.binary_join_element_wise(_escaped(body), attrs, "\t")
+def copy_lines(
+    body: pa.Array,
+    attributes: pa.Array | None,
+    dedup_id: pa.Array | None = None,
+    group: pa.Array | None = None,
+) -> pa.Array:
+    """One COPY text line per row: body, attributes, dedup id, group (a missing value as \\N)."""
+    fields: list[Any] = [
+        pa.scalar("\\N") if col is None else _escaped(col) for col in (attributes, dedup_id, group)
+    ]
+    row = pc.binary_join_element_wise(_escaped(body), *fields, "\t")
     return pc.binary_join_element_wise(row, pa.scalar(""), "\n")
 
 

@@ -40,3 +40,5 @@ DROP FUNCTION IF EXISTS queue_pg._history_partitions(timestamptz, double precisi
 -- the SQS endpoint's MessageDeduplicationId: _fifo_send keeps each message's dedup id
 DROP FUNCTION IF EXISTS queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], text[], timestamptz,
     double precision, bigint[]);
+-- the bulk path sends through _send_rows (send_batch's rules), which names a bad row itself
+DROP FUNCTION IF EXISTS queue_pg._refuse_staged(queue_pg.queues, jsonb, jsonb, tid);

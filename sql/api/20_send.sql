@@ -152,6 +152,22 @@ BEGIN
     PERFORM pg_notify(queue_pg._channel(queue_id, key), '');
 END $$;
 
+-- What every send starts from (send, send_batch, send_staged), given its queue q (the caller
+-- may send to it): the delay (default the queue's; up to the lease cap), the ttl (default the
+-- queue's message_ttl), the send's time; a delay must end before the ttl does.
+CREATE OR REPLACE FUNCTION queue_pg._sending(q queue_pg.queues, delay double precision, ttl double precision,
+                                             OUT d double precision, OUT t double precision,
+                                             OUT n timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    d := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
+    t := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
+    n := queue_pg._now();
+    IF d >= t THEN
+        PERFORM queue_pg._delay_past_ttl(d, t);
+    END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg.send(
     queue text,
     body jsonb,
@@ -165,18 +181,14 @@ CREATE OR REPLACE FUNCTION queue_pg.send(
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
-    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
-    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
-    n timestamptz := queue_pg._now();
+    d double precision; t double precision; n timestamptz;  -- delay, ttl, now: _sending
     size bigint;
     new_id bigint;
     old_id bigint;
     dest integer;
     key text;  -- the dedup id, kept on the message (the SQS endpoint's MessageDeduplicationId)
 BEGIN
-    IF d >= t THEN
-        PERFORM queue_pg._delay_past_ttl(d, t);
-    END IF;
+    SELECT * INTO d, t, n FROM queue_pg._sending(q, delay, ttl);
     size := queue_pg._message_size(body, attributes);
     IF queue_pg._unfit(q.max_message_size, body, attributes, size) THEN
         PERFORM queue_pg._check_body(q, body, attributes);
@@ -213,23 +225,19 @@ BEGIN
     RETURN new_id;
 END $$;
 
--- A batch is one INSERT; ids come back in the order of the bodies.
-CREATE OR REPLACE FUNCTION queue_pg.send_batch(
-    queue text,
-    bodies jsonb[],
-    delay double precision DEFAULT NULL,
-    ttl double precision DEFAULT NULL,
-    attributes jsonb[] DEFAULT NULL,
-    debounce boolean DEFAULT false,
-    "group" text[] DEFAULT NULL,
-    dedup_ids text[] DEFAULT NULL
-) RETURNS SETOF bigint
+-- The messages of a batch (send_batch) or of a staged chunk (send_staged), after the send's
+-- common start (_sending) and the shape of the lists (one entry per body): every rule of a
+-- batch, in one place. Each body is checked (_unfit, the first bad one raised with its place),
+-- groups (FIFO queues need them), dedup ids, routes; one INSERT. Per message in the order of the
+-- bodies: its id, and whether it was sent (false: a duplicate, whose id is the first's).
+CREATE OR REPLACE FUNCTION queue_pg._send_rows(q queue_pg.queues, d double precision,
+                                               t double precision, n timestamptz,
+                                               delay double precision, bodies jsonb[],
+                                               attributes jsonb[], "group" text[],
+                                               dedup_ids text[], debounce boolean)
+RETURNS TABLE (id bigint, sent boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue, 'send');
-    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
-    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
-    n timestamptz := queue_pg._now();
     cnt integer := coalesce(cardinality(bodies), 0);
     bad record;
     dests integer[];
@@ -237,22 +245,6 @@ DECLARE
     fresh boolean[];
     keys text[];  -- per message, its dedup id (kept on the message), or NULL
 BEGIN
-    PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
-    PERFORM queue_pg._check_list('bodies', bodies);
-    PERFORM queue_pg._check_list('attributes', attributes) WHERE attributes IS NOT NULL;
-    IF d >= t THEN
-        PERFORM queue_pg._delay_past_ttl(d, t);
-    END IF;
-    IF attributes IS NOT NULL AND cardinality(attributes) <> cnt THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('len(attributes) = %s is invalid: allowed NULL or len(bodies) = %s',
-                             cardinality(attributes), cnt);
-    END IF;
-    IF dedup_ids IS NOT NULL AND (cardinality(dedup_ids) <> cnt OR array_ndims(dedup_ids) > 1 OR array_lower(dedup_ids, 1) <> 1) THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('len(dedup_ids) = %s is invalid: allowed NULL or a list of len(bodies) = %s ids (NULL: none)',
-                             cardinality(dedup_ids), cnt);
-    END IF;
     -- Find the first entry that breaks a bound (_unfit) without a loop on the good path.
     SELECT b.body, attributes[b.i] AS attr, b.i INTO bad
     FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
@@ -272,10 +264,10 @@ BEGIN
         keys := ARRAY(SELECT queue_pg._dedup_key(dedup_ids[b.i], b.body, q.content_dedup, (b.i - 1)::integer)
                       FROM unnest(bodies) WITH ORDINALITY AS b(body, i) ORDER BY b.i);
         SELECT x.sent_ids, x.fresh INTO ids, fresh FROM queue_pg._dedup_ids(q, keys, n) x;
-        RETURN QUERY SELECT unnest(ids);
+        RETURN QUERY SELECT x.id, x.fresh FROM unnest(ids, fresh) x(id, fresh);
     END IF;
     IF q.fifo AND fresh IS NULL THEN
-        RETURN QUERY SELECT queue_pg._fifo_send(q, bodies, attributes, "group", n, t);
+        RETURN QUERY SELECT x, true FROM queue_pg._fifo_send(q, bodies, attributes, "group", n, t) x;
     ELSIF q.fifo THEN  -- the fresh messages only, with the ids the dedup step gave them
         PERFORM queue_pg._fifo_send(q,
             ARRAY(SELECT bodies[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i),
@@ -287,18 +279,18 @@ BEGIN
     IF q.has_routes THEN  -- per message: its type's target queue, or NULL (sql/api/56_tuning.sql)
         dests := queue_pg._route(q.id, attributes);
     END IF;
-    RETURN QUERY
-    WITH ins AS (
-        INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id, dedup_id)
-        OVERRIDING SYSTEM VALUE
-        SELECT coalesce(ids[b.i], nextval('queue_pg.messages_id_seq'::regclass)), coalesce(dests[b.i], q.id),
-               n + queue_pg._seconds(d), n + queue_pg._seconds(t), n, b.body, attributes[b.i], "group"[b.i], keys[b.i]
-        FROM unnest(bodies) WITH ORDINALITY AS b(body, i)
-        WHERE fresh IS NULL OR fresh[b.i]
-        ORDER BY b.i
-        RETURNING id
-    )
-    SELECT ins.id FROM ins WHERE ids IS NULL ORDER BY ins.id;
+    -- ids drawn first, in the order of the bodies: the INSERT needs no sort (a staged chunk's
+    -- 100,000 bodies would spill a sort to disk)
+    IF ids IS NULL THEN
+        ids := ARRAY(SELECT nextval('queue_pg.messages_id_seq'::regclass) FROM generate_series(1, cnt) g ORDER BY g);
+        RETURN QUERY SELECT x.id, true FROM unnest(ids) x(id);
+    END IF;
+    INSERT INTO queue_pg.messages (id, queue_id, visible_at, expires_at, enqueued_at, body, attributes, group_id, dedup_id)
+    OVERRIDING SYSTEM VALUE
+    SELECT ids[b.i], coalesce(dests[b.i], q.id), n + queue_pg._seconds(d), n + queue_pg._seconds(t), n,
+           b.body, b.attr, b.grp, b.dedup
+    FROM unnest(bodies, attributes, "group", keys) WITH ORDINALITY AS b(body, attr, grp, dedup, i)
+    WHERE fresh IS NULL OR fresh[b.i];
     END IF;
     IF fresh IS NOT NULL THEN  -- deduplicated (above): only the fresh messages are counted
         dests := CASE WHEN dests IS NOT NULL THEN ARRAY(SELECT dests[i] FROM generate_series(1, cnt) i WHERE fresh[i] ORDER BY i) END;
@@ -312,4 +304,39 @@ BEGIN
     IF d = 0 AND cnt > 0 THEN
         PERFORM queue_pg._wake(q.id, debounce);
     END IF;
+END $$;
+
+-- A batch is one INSERT (_send_rows); ids come back in the order of the bodies.
+CREATE OR REPLACE FUNCTION queue_pg.send_batch(
+    queue text,
+    bodies jsonb[],
+    delay double precision DEFAULT NULL,
+    ttl double precision DEFAULT NULL,
+    attributes jsonb[] DEFAULT NULL,
+    debounce boolean DEFAULT false,
+    "group" text[] DEFAULT NULL,
+    dedup_ids text[] DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
+    d double precision; t double precision; n timestamptz;  -- delay, ttl, now: _sending
+    cnt integer := coalesce(cardinality(bodies), 0);
+BEGIN
+    SELECT * INTO d, t, n FROM queue_pg._sending(q, delay, ttl);
+    PERFORM queue_pg._check('len(bodies)', cnt, 1, 10000, 'messages');
+    PERFORM queue_pg._check_list('bodies', bodies);
+    PERFORM queue_pg._check_list('attributes', attributes) WHERE attributes IS NOT NULL;
+    IF attributes IS NOT NULL AND cardinality(attributes) <> cnt THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('len(attributes) = %s is invalid: allowed NULL or len(bodies) = %s',
+                             cardinality(attributes), cnt);
+    END IF;
+    IF dedup_ids IS NOT NULL AND (cardinality(dedup_ids) <> cnt OR array_ndims(dedup_ids) > 1 OR array_lower(dedup_ids, 1) <> 1) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('len(dedup_ids) = %s is invalid: allowed NULL or a list of len(bodies) = %s ids (NULL: none)',
+                             cardinality(dedup_ids), cnt);
+    END IF;
+    RETURN QUERY SELECT x.id FROM queue_pg._send_rows(q, d, t, n, delay, bodies, attributes, "group",
+                                                      dedup_ids, debounce) x;
 END $$;

@@ -40,21 +40,9 @@ BEGIN
     RETURN true;
 END $$;
 
--- Raises the bound a staged row breaks (_check_body), naming its place in the chunk: the rows
--- staged before it (counted only here, on the way to the error).
-CREATE OR REPLACE FUNCTION queue_pg._refuse_staged(q queue_pg.queues, body jsonb, attributes jsonb, at tid)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    idx integer := (SELECT count(*) FROM pg_temp.queue_pg_staging x WHERE x.ctid < at);
-BEGIN
-    PERFORM queue_pg._check_body(q, body, attributes, idx);
-    RETURN false;
-END $$;
-
--- Makes the session's staging table ready for a COPY of (body, attributes) rows, empty, and
--- says whether the key was written already (the caller may then skip the COPY; send_staged
--- decides for good).
+-- Makes the session's staging table ready for a COPY of (body, attributes, dedup_id, group_id)
+-- rows, empty, and says whether the key was written already (the caller may then skip the COPY;
+-- send_staged decides for good). A table of an older shape (fewer columns) is made anew.
 CREATE OR REPLACE FUNCTION queue_pg.stage(queue text, write_id text, part integer, chunk integer)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -62,10 +50,14 @@ DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
 BEGIN
     PERFORM queue_pg._check_write_key(write_id, part, chunk);
-    IF queue_pg._staging() THEN
+    IF queue_pg._staging()
+       AND (SELECT r.relnatts FROM pg_catalog.pg_class r WHERE r.relname = 'queue_pg_staging'
+            AND r.relnamespace = pg_catalog.pg_my_temp_schema()) = 4 THEN
         TRUNCATE pg_temp.queue_pg_staging;
     ELSE
-        CREATE TEMPORARY TABLE queue_pg_staging (body jsonb, attributes jsonb) ON COMMIT DELETE ROWS;
+        DROP TABLE IF EXISTS pg_temp.queue_pg_staging;
+        CREATE TEMPORARY TABLE queue_pg_staging (body jsonb, attributes jsonb, dedup_id text, group_id text)
+            ON COMMIT DELETE ROWS;
     END IF;
     EXECUTE format('GRANT INSERT ON pg_temp.queue_pg_staging TO %I', queue_pg._caller());
     RETURN EXISTS (SELECT 1 FROM queue_pg.bulk_writes w
@@ -73,11 +65,14 @@ BEGIN
                      AND w.write_id = stage.write_id AND w.part = stage.part AND w.chunk = stage.chunk);
 END $$;
 
--- Sends the staged rows as messages (the rules of send_batch: size, depth, attributes, delay,
--- ttl), in the order they were staged, and records the key; the number sent, or NULL when the
--- key was written already (then nothing is sent and the staged rows are dropped). The key goes
--- in first: a concurrent writer of the same key waits here until this transaction ends, then
--- finds it written (or, if this one rolled back, writes it).
+-- Sends the staged rows as messages with send_batch's rules (_send_rows: size, depth,
+-- attributes, groups, dedup ids, routes; delay and ttl as _sending checks them), in the order
+-- they were staged (a bad row is named by its place in the chunk, body[17]), and records the
+-- key; the number of messages sent (a row whose dedup id was sent within the queue's
+-- dedup_window is not sent again), or NULL when the key was written already (then nothing is
+-- sent and the staged rows are dropped). The key goes in first: a concurrent writer of the same
+-- key waits here until this transaction ends, then finds it written (or, if this one rolled
+-- back, writes it).
 CREATE OR REPLACE FUNCTION queue_pg.send_staged(
     queue text,
     write_id text,
@@ -89,20 +84,13 @@ CREATE OR REPLACE FUNCTION queue_pg.send_staged(
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'send');
-    d double precision := queue_pg._check('delay', coalesce(delay, q.delay), 0, queue_pg._max_lease_cap());
-    t double precision := coalesce(queue_pg._checked_ttl(ttl), q.message_ttl);
-    n timestamptz := queue_pg._now();
-    visible timestamptz := n + queue_pg._seconds(d);
-    expires timestamptz := n + queue_pg._seconds(t);
+    d double precision; t double precision; n timestamptz;  -- delay, ttl, now: _sending
     who oid := to_regrole(queue_pg._caller())::oid;
     sent bigint;
-    dests integer[];  -- the queues the rows landed in (routes), and how many in each
-    counts bigint[];
+    staged record;
 BEGIN
+    SELECT * INTO d, t, n FROM queue_pg._sending(q, delay, ttl);
     PERFORM queue_pg._check_write_key(write_id, part, chunk);
-    IF d >= t THEN
-        PERFORM queue_pg._delay_past_ttl(d, t);
-    END IF;
     IF NOT queue_pg._staging() THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = 'pg_temp.queue_pg_staging does not exist: allowed after queue_pg.stage in the same session';
@@ -114,36 +102,24 @@ BEGIN
         TRUNCATE pg_temp.queue_pg_staging;
         RETURN NULL;
     END IF;
-    PERFORM queue_pg._hold(q.id);
-    IF q.has_routes THEN  -- a row whose type has a route lands in its target (_route_of, 56_tuning.sql)
-        SELECT array_agg(x.qid), array_agg(x.cnt) INTO dests, counts FROM (
-            SELECT coalesce(queue_pg._route_of(q.id, s.attributes), q.id) AS qid, count(*) AS cnt
-            FROM pg_temp.queue_pg_staging s GROUP BY 1) x;
-        PERFORM queue_pg._hold(x) FROM unnest(dests) x WHERE x <> q.id;
+    -- the chunk as send_batch's lists (no list for a column that is NULL throughout)
+    SELECT array_agg(s.body) AS bodies,
+           CASE WHEN bool_or(s.attributes IS NOT NULL) THEN array_agg(s.attributes) END AS attributes,
+           CASE WHEN bool_or(s.dedup_id IS NOT NULL) THEN array_agg(s.dedup_id) END AS dedup_ids,
+           CASE WHEN bool_or(s.group_id IS NOT NULL) THEN array_agg(s.group_id) END AS groups
+    INTO staged
+    FROM pg_temp.queue_pg_staging s;  -- a scan of the table COPY just filled: its order
+    TRUNCATE pg_temp.queue_pg_staging;
+    IF staged.bodies IS NULL THEN
+        sent := 0;
+    ELSE
+        SELECT count(*) FILTER (WHERE x.sent) INTO sent
+        FROM queue_pg._send_rows(q, d, t, n, delay, staged.bodies, staged.attributes, staged.groups,
+                                 staged.dedup_ids, false) x;
     END IF;
-    INSERT INTO queue_pg.messages (queue_id, visible_at, expires_at, enqueued_at, body, attributes)
-    SELECT coalesce(CASE WHEN q.has_routes THEN queue_pg._route_of(q.id, s.attributes) END, q.id),
-           visible, expires, n, s.body, s.attributes
-    FROM pg_temp.queue_pg_staging s
-    WHERE NOT queue_pg._unfit(q.max_message_size, s.body, s.attributes,
-                              queue_pg._message_size(s.body, s.attributes))
-       OR queue_pg._refuse_staged(q, s.body, s.attributes, s.ctid);
-    GET DIAGNOSTICS sent = ROW_COUNT;
-    IF NOT q.has_routes THEN
-        dests := ARRAY[q.id];
-        counts := ARRAY[sent];
-    END IF;
-    -- counted like send_batch's (queue_stats' flows), each in the queue it landed in (a refused
-    -- row raises: the rows staged are the rows sent)
-    PERFORM nextval(queue_pg._sequence(k.seq_kind, x.qid))
-    FROM unnest(dests, counts) x(qid, cnt) CROSS JOIN LATERAL queue_pg._tally('sent', x.cnt) k;
     UPDATE queue_pg.bulk_writes w SET messages = sent
     WHERE w.queue_id = q.id AND w.writer = who AND w.write_id = send_staged.write_id
       AND w.part = send_staged.part AND w.chunk = send_staged.chunk;
-    TRUNCATE pg_temp.queue_pg_staging;
-    IF d = 0 THEN
-        PERFORM queue_pg._wake(x.qid, false) FROM unnest(dests, counts) x(qid, cnt) WHERE x.cnt > 0;
-    END IF;
     RETURN sent;
 END $$;
 
