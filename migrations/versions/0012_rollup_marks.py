@@ -1,4 +1,5 @@
-"""Rollups wait for late-committing history rows: sql/schema/0012_rollup_marks.sql.
+"""Rollups wait for late-committing history rows; the tuner's own stale-receipt baselines:
+sql/schema/0012_rollup_marks.sql.
 
 Revision ID: 0012
 Revises: 0011
@@ -26,6 +27,9 @@ def downgrade() -> None:
         """
         DROP FUNCTION IF EXISTS queue_pg._history_writers();
         DROP FUNCTION IF EXISTS queue_pg._rollup_cap();
+        DROP FUNCTION IF EXISTS queue_pg._tune_interval();
+        DROP FUNCTION IF EXISTS queue_pg._tune_step(queue_pg.queues, timestamptz, boolean);
+        DROP TABLE queue_pg.tuning_marks;
         ALTER TABLE queue_pg.history_rollup_state
             DROP COLUMN safe, DROP COLUMN mark, DROP COLUMN mark_taken, DROP COLUMN mark_writers;
         """,
