@@ -37,6 +37,8 @@ of the run).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import math
 import random
 import statistics
@@ -314,6 +316,72 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                    path, recovery_by)
 
 
+CONVERGE_MEDIAN = 0.5  #: seconds: the convergence runs' work (lognormal, sigma CONVERGE_SIGMA)
+CONVERGE_SIGMA = 0.25
+CONVERGE_STARTS = {"too low": 1.0, "too high": 60.0}
+CONVERGE_SECONDS = 45.0
+
+
+def converge(dsn: str, start: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """The tuner from a bad start on a queue of one type whose work takes a known time: 8
+    consumers, ``queue_pg.tune_interval`` 1 s (``ALTER DATABASE``, the documented way), a
+    maintenance thread that sweeps every 0.5 s as workers do. Returns the path of timeouts, the
+    tuner's target at the end, and the steps and seconds until the timeout was first within 25%
+    of it, and how often the path changed direction (flapping)."""
+    rng = random.Random(7)
+    with db.connect(dsn) as conn:
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET queue_pg.tune_interval = '1 second'")
+    path: list[tuple[float, float]] = [(0.0, start)]  #: (seconds since start, timeout)
+    done = threading.Event()
+    with queue_pg.Client(dsn, sweep_interval=None, max_size=12) as client:
+        client.create_queue("c", visibility_timeout=start, max_lease=3600)
+        client.alter_tuning("c", auto_tune=True)
+        began = time.monotonic()
+
+        def consume() -> None:
+            while not done.is_set():
+                for m in client.receive("c", max_messages=1, wait=0.1):
+                    time.sleep(float(m.body))
+                    with contextlib.suppress(queue_pg.StaleReceipt):  # lapsed: another has it
+                        client.delete("c", m.receipt or "")
+
+        def produce() -> None:
+            while not done.is_set():
+                client.send_batch("c", [rng.lognormvariate(math.log(CONVERGE_MEDIAN),
+                                                           CONVERGE_SIGMA) for _ in range(6)])
+                done.wait(0.5)
+
+        def maintain() -> None:
+            while not done.wait(0.5):
+                client.sweep()
+                q = client.get_queue("c")
+                if q.visibility_timeout != path[-1][1]:
+                    path.append((time.monotonic() - began, q.visibility_timeout))
+
+        threads = [threading.Thread(target=consume) for _ in range(8)]
+        threads += [threading.Thread(target=produce), threading.Thread(target=maintain)]
+        for t in threads:
+            t.start()
+        time.sleep(CONVERGE_SECONDS)
+        done.set()
+        for t in threads:
+            t.join()
+        [step] = client.tune("c", apply=False)
+        target = step.advice
+    p99 = CONVERGE_MEDIAN * math.exp(2.3263 * CONVERGE_SIGMA)
+    reached = next(((i, at) for i, (at, v) in enumerate(path)
+                    if target and abs(v - target) <= 0.25 * v), None)
+    moves = [b[1] - a[1] for a, b in itertools.pairwise(path)]
+    flips = sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
+    out = {"start": start, "target": target, "work_p99": p99,
+           "path": [v for _, v in path], "at": [round(at, 1) for at, _ in path],
+           "steps_to_reach": None if reached is None else reached[0],
+           "seconds_to_reach": None if reached is None else reached[1],
+           "direction_changes": flips, "final": path[-1][1]}
+    log(f"  converge from {start:g} s: {out}")
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=6000, help="messages (default 6000)")
     parser.add_argument("--consumers", type=int, default=12, help="consumer threads (default 12)")
@@ -376,6 +444,14 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row)
             log(f"  {setup} (run {n}): {row}")
     rows.sort(key=lambda r: (SETUPS.index(r["setup"]), r["run"]))
+    convergence = []
+    if not args.quick and not args.only:
+        for n in range(1, runs + 1):
+            for label, start in CONVERGE_STARTS.items():
+                name = f"{args.database}_tuning"
+                with db.scratch_database(args.dsn, name, keep=args.keep) as dsn:
+                    migrate(dsn)
+                    convergence.append({"run": n, "label": label, **converge(dsn, start, log)})
     table = markdown_table(
         ["set-up", "run", "timeout(s)", "duplicates", "dead-lettered", "crashes",
          "crash to redelivery mean s", "p99 s", "throughput msg/s"],
@@ -406,7 +482,23 @@ def run(args: argparse.Namespace) -> int:
           f"\n\n{table}\n\nCrash to redelivery by the crashed message's type and the kind of"
           f" consumer that crashed (a crash whose message another consumer already held and"
           f" finished has no redelivery):\n\n{by_type}\n")
-    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows}, md)
+    if convergence:
+        conv = markdown_table(
+            ["start", "run", "target at the end", "path (s)", "steps to within 25%",
+             "seconds to within 25%", "direction changes"],
+            [[f"{c['label']} ({c['start']:g} s)", c["run"], _fmt(c["target"]),
+              " -> ".join(f"{v:g}" for v in c["path"]), c["steps_to_reach"] if
+              c["steps_to_reach"] is not None else "not reached", _fmt(c["seconds_to_reach"]),
+              c["direction_changes"]] for c in convergence],
+            "lrrlrrr",
+        )
+        md += (f"\nThe tuner from a bad start (`auto_tune`, `queue_pg.tune_interval` 1 s, sweep"
+               f" every 0.5 s, 8 consumers that never heartbeat; one type, lognormal median"
+               f" {CONVERGE_MEDIAN:g} s, sigma {CONVERGE_SIGMA:g}: p99"
+               f" {CONVERGE_MEDIAN * math.exp(2.3263 * CONVERGE_SIGMA):.2f} s; {CONVERGE_SECONDS:g}"
+               f" s each):\n\n{conv}\n")
+    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows,
+                                     "convergence": convergence}, md)
     log(md)
     return 0
 
