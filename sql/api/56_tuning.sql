@@ -124,7 +124,9 @@ END $$;
 -- first sample (queue_samples, taken by sweep) or tuner mark (tuning_marks) that late; a step
 -- that has such receipts and finds neither waits, and takes the mark itself once that time
 -- has passed (when apply). Any stale receipt since the change, however old its lease, keeps the
--- timeout from going down: the slow work is still there.
+-- timeout from going down: the slow work is still there; nor does it go down before the
+-- timeout set has been in force for the longest run seen (a run leased under it could not have
+-- shown it too short any sooner).
 DROP FUNCTION IF EXISTS queue_pg._tune_step(queue_pg.queues, timestamptz);
 CREATE OR REPLACE FUNCTION queue_pg._tune_step(q queue_pg.queues, at timestamptz, apply boolean,
     OUT old_timeout double precision, OUT new_timeout double precision, OUT advice double precision,
@@ -140,6 +142,7 @@ DECLARE
     settled timestamptz;
     hold boolean := false;
     floor_target double precision;
+    rising boolean := false;
 BEGIN
     old_timeout := q.visibility_timeout;
     new_timeout := q.visibility_timeout;
@@ -162,6 +165,7 @@ BEGIN
     floor_target := queue_pg._target(a.recommended_timeout, a.p99, a.samples, old_timeout, q.max_lease, 0);
     IF last.at IS NOT NULL AND stale > 0 AND floor_target > 1.25 * old_timeout THEN
         stale := 0;  -- going up on the completed runs alone: the stale receipts can wait
+        rising := true;
     ELSIF last.at IS NOT NULL AND stale > 0 THEN
         settled := last.at + make_interval(secs => least(a.max, q.max_lease));
         SELECT a.stale_receipts - b.stale_receipts INTO stale FROM (
@@ -187,6 +191,12 @@ BEGIN
         hold := true;
     END IF;
     advice := queue_pg._target(a.recommended_timeout, a.p99, a.samples, old_timeout, q.max_lease, stale);
+    IF advice < old_timeout AND last.at IS NOT NULL
+       AND at < last.at + make_interval(secs => least(a.max, q.max_lease)) THEN
+        why := format('advice %s s, but the timeout set at %s has not yet been in force for the longest run (%s s): not lowering %s s yet',
+                      queue_pg._fmt(advice), last.at, round(a.max::numeric, 3), queue_pg._fmt(old_timeout));
+        RETURN;
+    END IF;
     IF hold AND advice < old_timeout THEN
         why := format('advice %s s, but %s stale receipts since the last change: not lowering %s s',
                       queue_pg._fmt(advice), a.stale_receipts - last.stale_receipts, queue_pg._fmt(old_timeout));
@@ -200,7 +210,9 @@ BEGIN
     why := format('advice %s s (p99 %s s, expiry rate %s, %s samples in 24 hours)%s%s',
                   queue_pg._fmt(advice), round(a.p99::numeric, 3), coalesce(round(a.expiry_rate::numeric, 4)::text, 'n/a'),
                   samples,
-                  CASE WHEN advice < a.recommended_timeout
+                  CASE WHEN rising
+                       THEN '; 6 x p99 of the completed runs alone calls for more (stale receipts since the last change not counted yet)'
+                       WHEN advice < a.recommended_timeout
                        THEN format('; leases lapsed but no stale receipt of a lease granted since the last change: crashed consumers, not slow work, so 6 x p99 rather than %s s',
                                    queue_pg._fmt(a.recommended_timeout)) ELSE '' END,
                   CASE WHEN new_timeout <> advice THEN format('; step bounded to %s s (at most 2x per step, within %s..%s s)',
