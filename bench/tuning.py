@@ -286,10 +286,8 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
 
         def maintain() -> None:
             while not done.wait(1.0):
-                client.sweep()
-                for step in client.tune():
-                    if step.changed:
-                        path.append(step.new_timeout)
+                client.sweep()  # which runs a step itself once per tune_interval
+                client.tune()
 
         threads = [threading.Thread(target=consume, args=(k,)) for k in range(w.consumers)]
         threads.append(threading.Thread(target=produce))
@@ -310,7 +308,9 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
         for t in threads:
             t.join()
         seconds = time.monotonic() - began
-        if setup == "auto-tune":
+        if setup == "auto-tune":  # every change, by tune() or by sweep's own step
+            log_ = sorted(client.tuning_log("jobs"), key=lambda c: c.at)
+            path.extend(c.new_timeout for c in log_)
             label += " to " + " -> ".join(f"{x:g}" for x in path) + " s" if path else ""
     return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery,
                    path, recovery_by)
