@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -353,7 +354,7 @@ def test_auto_tune_raises_a_too_short_timeout_under_real_workers(client: queue_p
     assert timeouts[:3] == [1, 2, 4], timeouts
     reached = next(i for i, v in enumerate(timeouts) if abs(v - advice) <= 0.25 * v)
     assert reached <= 4, timeouts  # 1 -> 2 -> 4 -> about 8: three steps
-    assert all(b >= a for a, b in zip(timeouts, timeouts[1:], strict=False)), timeouts  # no flapping
+    assert all(b >= a for a, b in itertools.pairwise(timeouts)), timeouts  # no flapping
     assert abs(timeouts[-1] - advice) <= 0.25 * timeouts[-1]
 
 
