@@ -2,8 +2,11 @@
 
 One workload, replayed against each set-up in a scratch database of its own: messages of a fast
 type and a rare slow type (lognormal processing times, scaled down 10x so a run takes minutes),
-consumers that never heartbeat, and a fixed share of deliveries whose consumer crashes part way
-(it drops the message without deleting it). Every set-up sees the same messages, the same
+consumers of two kinds (half of them heartbeat: they lease each message for a short
+``HEARTBEAT_LEASE`` and renew it every third of that while they work, as ``queue_pg.Worker`` does
+with ``visibility_timeout`` set; the others never heartbeat and live by the queue's lease policy),
+and a fixed share of deliveries whose consumer crashes part way (it drops the message without
+deleting it, and its heartbeats stop). Every set-up sees the same messages, the same
 processing times and the same crashes (a seeded random draw per message and delivery). The
 advice-based set-ups start from yesterday's history: a day of finished messages drawn from the
 same distributions (another seed, ``history`` of them), written into ``queue_pg.message_history``.
@@ -22,14 +25,20 @@ Set-ups:
 4. ``per-type``: ``lease_policy = 'per_type'``;
 5. ``routing``: a queue per type (``queue_pg.split(apply => true)``), producers unchanged.
 
+The heartbeating consumers do the same in every set-up (their lease is their own), so what
+tells the set-ups apart is what happens to the work of the consumers that do not heartbeat.
+
 Reported per set-up: duplicate deliveries of work that did not crash (a lease lapsed while its
-consumer still worked), mean and p99 seconds from a crash to the message's redelivery, and
-throughput (messages finished per second of the run).
+consumer still worked), mean and p99 seconds from a crash to the message's redelivery (overall,
+per type, and per kind of consumer that crashed), and throughput (messages finished per second
+of the run).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import math
 import random
 import statistics
@@ -53,6 +62,7 @@ SETUPS = ("sqs-default", "best-fixed", "auto-tune", "per-type", "routing")
 DLQ = "jobs-dlq"
 MAX_RECEIVES = 5
 SAMPLE = 1000  #: runs of yesterday a careful human computes the p99 of
+HEARTBEAT_LEASE = 1.0  #: seconds (scaled: 10 s) a heartbeating consumer leases and renews
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class Workload:
     sigma: float  #: of the lognormal
     crash_share: float  #: share of deliveries whose consumer crashes
     consumers: int
+    heartbeating: int  #: of the consumers, how many heartbeat (the first ones)
     rate: float  #: messages sent per second
     history: int  #: finished messages of yesterday the advice starts from
     seed: int = 1
@@ -107,6 +118,8 @@ class Outcome:
     dead_lettered: int  #: messages that used up their receives (work lost)
     recovery: list[float] = field(default_factory=list)  #: crash -> redelivery, seconds
     timeout_path: list[float] = field(default_factory=list)  #: auto-tune: the timeouts set
+    #: (type, "heartbeat" | "no heartbeat") of the crash -> its crash -> redelivery times
+    recovery_by: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         rec = sorted(self.recovery)
@@ -122,7 +135,14 @@ class Outcome:
             "throughput_per_s": self.messages / self.seconds if self.seconds else None,
             "seconds": self.seconds,
             "timeout_path": self.timeout_path,
+            "recovery_by": {
+                f"{t}/{kind}": {"crashes": len(v), "mean_s": statistics.fmean(v), "p99_s": _p99(v)}
+                for (t, kind), v in sorted(self.recovery_by.items()) if v
+            },
         }
+
+    def of_type(self, type: str) -> list[float]:
+        return [x for (t, _), v in self.recovery_by.items() if t == type for x in v]
 
 
 def _history(conn: Any, queue: str, types: Sequence[str], works: Sequence[float]) -> None:
@@ -185,8 +205,9 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
     types, works = w.types(), w.works()
     lock = threading.Lock()
     working: dict[int, int] = {}  #: message index -> live deliveries now
-    crashed_at: dict[int, float] = {}  #: message index -> when its consumer last crashed
+    crashed_at: dict[int, tuple[float, str]] = {}  #: message index -> when and which kind crashed
     recovery: list[float] = []
+    recovery_by: dict[tuple[str, str], list[float]] = {}
     duplicates = 0
     crashes = 0
     done = threading.Event()
@@ -207,13 +228,31 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                 client.send_batch("jobs", list(range(start, start + n)),
                                   attributes=[{"type": t} for t in types[start:start + n]])
 
+        def work(queue: str, receipt: str, seconds: float, beat: bool) -> None:
+            """Works ``seconds``; a heartbeating consumer renews its lease every third of it
+            meanwhile (from the receive: a renewal that finds the lease gone stops)."""
+            end = time.monotonic() + seconds
+            while beat:
+                left = end - time.monotonic()
+                if left <= HEARTBEAT_LEASE / 3:
+                    break
+                time.sleep(HEARTBEAT_LEASE / 3)
+                try:
+                    client.change_visibility(queue, receipt, HEARTBEAT_LEASE)
+                except queue_pg.StaleReceipt:
+                    break
+            time.sleep(max(0.0, end - time.monotonic()))
+
         def consume(me: int) -> None:
             nonlocal duplicates, crashes
             turn = me
+            beat = me < w.heartbeating
+            kind = "heartbeat" if beat else "no heartbeat"
             while not done.is_set():
                 queue = queues[turn % len(queues)]
                 turn += 1
-                got = client.receive(queue, max_messages=1, wait=0.05)
+                got = client.receive(queue, max_messages=1, wait=0.05,
+                                     visibility_timeout=HEARTBEAT_LEASE if beat else None)
                 if not got:
                     continue
                 m = got[0]
@@ -223,15 +262,17 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                     if working.get(i):
                         duplicates += 1
                     if i in crashed_at:
-                        recovery.append(now - crashed_at.pop(i))
+                        at, who = crashed_at.pop(i)
+                        recovery.append(now - at)
+                        recovery_by.setdefault((types[i], who), []).append(now - at)
                     working[i] = working.get(i, 0) + 1
                 share = w.crashes(i, m.receive_count)
-                time.sleep(works[i] * (share if share is not None else 1.0))
+                work(queue, m.receipt or "", works[i] * (share if share is not None else 1.0), beat)
                 with lock:
                     working[i] -= 1
                     if share is not None:
                         crashes += 1
-                        crashed_at[i] = time.monotonic()
+                        crashed_at[i] = (time.monotonic(), kind)
                         continue
                 try:
                     if not client.delete(queue, m.receipt or ""):
@@ -245,10 +286,8 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
 
         def maintain() -> None:
             while not done.wait(1.0):
-                client.sweep()
-                for step in client.tune():
-                    if step.changed:
-                        path.append(step.new_timeout)
+                client.sweep()  # which runs a step itself once per tune_interval
+                client.tune()
 
         threads = [threading.Thread(target=consume, args=(k,)) for k in range(w.consumers)]
         threads.append(threading.Thread(target=produce))
@@ -269,19 +308,95 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
         for t in threads:
             t.join()
         seconds = time.monotonic() - began
-        if setup == "auto-tune":
+        if setup == "auto-tune":  # every change, by tune() or by sweep's own step
+            log_ = sorted(client.tuning_log("jobs"), key=lambda c: c.at)
+            path.extend(c.new_timeout for c in log_)
             label += " to " + " -> ".join(f"{x:g}" for x in path) + " s" if path else ""
-    return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery, path)
+    return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery,
+                   path, recovery_by)
+
+
+CONVERGE_MEDIAN = 0.5  #: seconds: the convergence runs' work (lognormal, sigma CONVERGE_SIGMA)
+CONVERGE_SIGMA = 0.25
+CONVERGE_STARTS = {"too low": 1.0, "too high": 60.0}
+CONVERGE_SECONDS = 45.0
+
+
+def converge(dsn: str, start: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """The tuner from a bad start on a queue of one type whose work takes a known time: 8
+    consumers, ``queue_pg.tune_interval`` 1 s (``ALTER DATABASE``, the documented way), a
+    maintenance thread that sweeps every 0.5 s as workers do. Returns the path of timeouts, the
+    tuner's target at the end, and the steps and seconds until the timeout was first within 25%
+    of it, and how often the path changed direction (flapping)."""
+    rng = random.Random(7)
+    with db.connect(dsn) as conn:
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET queue_pg.tune_interval = '1 second'")
+    path: list[tuple[float, float]] = [(0.0, start)]  #: (seconds since start, timeout)
+    done = threading.Event()
+    with queue_pg.Client(dsn, sweep_interval=None, max_size=12) as client:
+        client.create_queue("c", visibility_timeout=start, max_lease=3600)
+        client.alter_tuning("c", auto_tune=True)
+        began = time.monotonic()
+
+        def consume() -> None:
+            while not done.is_set():
+                for m in client.receive("c", max_messages=1, wait=0.1):
+                    time.sleep(float(m.body))
+                    with contextlib.suppress(queue_pg.StaleReceipt):  # lapsed: another has it
+                        client.delete("c", m.receipt or "")
+
+        def produce() -> None:
+            while not done.is_set():
+                client.send_batch("c", [rng.lognormvariate(math.log(CONVERGE_MEDIAN),
+                                                           CONVERGE_SIGMA) for _ in range(6)])
+                done.wait(0.5)
+
+        def maintain() -> None:
+            while not done.wait(0.5):
+                client.sweep()
+                q = client.get_queue("c")
+                if q.visibility_timeout != path[-1][1]:
+                    path.append((time.monotonic() - began, q.visibility_timeout))
+
+        threads = [threading.Thread(target=consume) for _ in range(8)]
+        threads += [threading.Thread(target=produce), threading.Thread(target=maintain)]
+        for t in threads:
+            t.start()
+        time.sleep(CONVERGE_SECONDS)
+        done.set()
+        for t in threads:
+            t.join()
+        [step] = client.tune("c", apply=False)
+        target = step.advice
+    p99 = CONVERGE_MEDIAN * math.exp(2.3263 * CONVERGE_SIGMA)
+    reached = next(((i, at) for i, (at, v) in enumerate(path)
+                    if target and abs(v - target) <= 0.25 * v), None)
+    moves = [b[1] - a[1] for a, b in itertools.pairwise(path)]
+    flips = sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
+    out = {"start": start, "target": target, "work_p99": p99,
+           "path": [v for _, v in path], "at": [round(at, 1) for at, _ in path],
+           "steps_to_reach": None if reached is None else reached[0],
+           "seconds_to_reach": None if reached is None else reached[1],
+           "direction_changes": flips, "final": path[-1][1]}
+    log(f"  converge from {start:g} s: {out}")
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=6000, help="messages (default 6000)")
     parser.add_argument("--consumers", type=int, default=12, help="consumer threads (default 12)")
+    parser.add_argument("--heartbeating", type=int, default=None,
+                        help="of the consumers, how many heartbeat (default half)")
     parser.add_argument("--rate", type=float, default=100.0,
                         help="messages sent per second (default 100, well below what the"
                         " consumers can finish)")
     parser.add_argument("--history", type=int, default=20000,
                         help="yesterday's finished messages the advice starts from (default 20000)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="runs of each set-up (default 1; the draws are the same, the timing"
+                        " differs)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated set-ups to run (default all)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 80 messages, shorter slow jobs, two set-ups")
 
@@ -289,15 +404,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _workload(args: argparse.Namespace) -> Workload:
     if args.quick:
         return Workload(messages=80, slow_share=0.05, fast_median=0.02, slow_median=0.3,
-                        sigma=0.3, crash_share=0.05, consumers=6, rate=40, history=400)
+                        sigma=0.3, crash_share=0.05, consumers=6, heartbeating=3, rate=40,
+                        history=400)
     return Workload(messages=int(args.messages * args.scale), slow_share=0.005,
                     fast_median=0.02, slow_median=2.5, sigma=0.4, crash_share=0.05,
-                    consumers=args.consumers, rate=args.rate, history=args.history)
+                    consumers=args.consumers,
+                    heartbeating=(args.consumers // 2 if args.heartbeating is None
+                                  else args.heartbeating),
+                    rate=args.rate, history=args.history)
 
 
 def run(args: argparse.Namespace) -> int:
     w = _workload(args)
-    setups = ("sqs-default", "per-type") if args.quick else SETUPS
+    setups: Sequence[str] = ("sqs-default", "per-type") if args.quick else SETUPS
+    if args.only:
+        setups = [s for s in args.only.split(",") if s]
+        if unknown := set(setups) - set(SETUPS):
+            raise SystemExit(f"--only: unknown set-up(s) {sorted(unknown)}; known: {SETUPS}")
+    runs = max(1, args.runs)
     out = Path(args.out) if args.out else DEFAULT_OUT
 
     def log(line: str) -> None:
@@ -308,38 +432,79 @@ def run(args: argparse.Namespace) -> int:
         f" {w.crash_share:.0%} of deliveries crash; set-ups: {', '.join(setups)}")
     rows = []
     machine: dict[str, Any] = {}
-    for setup in setups:
-        with db.scratch_database(args.dsn, f"{args.database}_tuning", keep=args.keep) as dsn:
-            migrate(dsn)
-            if not machine:
-                with db.connect(dsn) as conn:
-                    machine = machine_info(conn)
-            outcome = run_setup(dsn, setup, w, log)
-        row = outcome.row()
-        rows.append(row)
-        log(f"  {setup}: {row}")
+    for n in range(1, runs + 1):
+        for setup in setups:
+            with db.scratch_database(args.dsn, f"{args.database}_tuning", keep=args.keep) as dsn:
+                migrate(dsn)
+                if not machine:
+                    with db.connect(dsn) as conn:
+                        machine = machine_info(conn)
+                outcome = run_setup(dsn, setup, w, log)
+            row = {"run": n, **outcome.row()}
+            rows.append(row)
+            log(f"  {setup} (run {n}): {row}")
+    rows.sort(key=lambda r: (SETUPS.index(r["setup"]), r["run"]))
+    convergence = []
+    if not args.quick and not args.only:
+        for n in range(1, runs + 1):
+            for label, start in CONVERGE_STARTS.items():
+                name = f"{args.database}_tuning"
+                with db.scratch_database(args.dsn, name, keep=args.keep) as dsn:
+                    migrate(dsn)
+                    convergence.append({"run": n, "label": label, **converge(dsn, start, log)})
     table = markdown_table(
-        ["set-up", "timeout(s)", "duplicates", "dead-lettered", "crashes",
+        ["set-up", "run", "timeout(s)", "duplicates", "dead-lettered", "crashes",
          "crash to redelivery mean s", "p99 s", "throughput msg/s"],
-        [[r["setup"], r["timeouts"], r["duplicates"], r["dead_lettered"], r["crashes"],
+        [[r["setup"], r["run"], r["timeouts"], r["duplicates"], r["dead_lettered"], r["crashes"],
           _fmt(r["recovery_mean_s"]), _fmt(r["recovery_p99_s"]), _fmt(r["throughput_per_s"])]
          for r in rows],
-        "llrrrrrr",
+        "lrlrrrrrr",
+    )
+    groups = ("fast/heartbeat", "fast/no heartbeat", "slow/heartbeat", "slow/no heartbeat")
+    by_type = markdown_table(
+        ["set-up", "run"] + [f"{g}: crashes, mean / p99 s" for g in groups],
+        [[r["setup"], r["run"]] + [_group(r["recovery_by"].get(g)) for g in groups]
+         for r in rows],
+        "lr" + "r" * len(groups),
     )
     md = (f"# Visibility timeout set-ups on one mixed queue\n\n"
           f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
           f"{machine_line(machine)}\n\n"
           f"{w.messages} messages, {w.slow_share:.1%} of type slow (lognormal median "
           f"{w.slow_median:g} s) and the rest fast (median {w.fast_median:g} s), sigma {w.sigma:g};"
-          f" sent at {w.rate:g} per second; {w.consumers} consumers that never heartbeat;"
+          f" sent at {w.rate:g} per second; {w.consumers} consumers, {w.heartbeating} of which"
+          f" heartbeat (lease {HEARTBEAT_LEASE:g} s, renewed every third of it) and the others"
+          f" never do;"
           f" {w.crash_share:.0%} of deliveries crash part way; max_receive_count {MAX_RECEIVES}"
           f" with a dead-letter queue; {sum(t == 'slow' for t in w.types())} slow messages in"
           f" the run. The advice starts from {w.history} finished messages of yesterday (the same"
           f" distributions, another draw); best-fixed is 6 x p99 of the last {SAMPLE} of them."
-          f"\n\n{table}\n")
-    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows}, md)
+          f"\n\n{table}\n\nCrash to redelivery by the crashed message's type and the kind of"
+          f" consumer that crashed (a crash whose message another consumer already held and"
+          f" finished has no redelivery):\n\n{by_type}\n")
+    if convergence:
+        conv = markdown_table(
+            ["start", "run", "target at the end", "path (s)", "steps to within 25%",
+             "seconds to within 25%", "direction changes"],
+            [[f"{c['label']} ({c['start']:g} s)", c["run"], _fmt(c["target"]),
+              " -> ".join(f"{v:g}" for v in c["path"]), c["steps_to_reach"] if
+              c["steps_to_reach"] is not None else "not reached", _fmt(c["seconds_to_reach"]),
+              c["direction_changes"]] for c in convergence],
+            "lrrlrrr",
+        )
+        md += (f"\nThe tuner from a bad start (`auto_tune`, `queue_pg.tune_interval` 1 s, sweep"
+               f" every 0.5 s, 8 consumers that never heartbeat; one type, lognormal median"
+               f" {CONVERGE_MEDIAN:g} s, sigma {CONVERGE_SIGMA:g}: p99"
+               f" {CONVERGE_MEDIAN * math.exp(2.3263 * CONVERGE_SIGMA):.2f} s; {CONVERGE_SECONDS:g}"
+               f" s each):\n\n{conv}\n")
+    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows,
+                                     "convergence": convergence}, md)
     log(md)
     return 0
+
+
+def _group(g: dict[str, Any] | None) -> str:
+    return "-" if not g else f"{g['crashes']}: {g['mean_s']:.2f} / {g['p99_s']:.2f}"
 
 
 def _fmt(v: float | None) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -302,6 +303,76 @@ def test_auto_tune_corrects_a_bad_timeout_under_real_workers(client: queue_pg.Cl
     assert advice == 2  # 6 x ~0.2 s
     assert timeouts[:4] == [20, 10, 5, 2.5]
     assert abs(timeouts[-1] - advice) <= 0.25 * timeouts[-1]
+
+
+def test_auto_tune_raises_a_too_short_timeout_under_real_workers(client: queue_pg.Client) -> None:
+    """Workers whose runs take 0.5 to 1.2 s (known per message); the user set 1 s. Leases lapse
+    (stale receipts) and the completed runs alone already call for more: the tuner goes up each
+    step, without waiting for samples that only sweep takes, and stops within 25% of the advice."""
+    client.create_queue("slowish", visibility_timeout=1, max_lease=600)
+    client.alter_tuning("slowish", auto_tune=True)
+    stop = threading.Event()
+    lock = threading.Lock()
+    done = [0]
+
+    def worker() -> None:
+        while not stop.is_set():
+            for m in client.receive("slowish", max_messages=1, wait=0.2):
+                time.sleep(0.5 + 0.7 * (int(m.body) % 35) / 34)
+                try:
+                    if client.delete("slowish", m.receipt or ""):
+                        with lock:
+                            done[0] += 1
+                except queue_pg.StaleReceipt:
+                    pass  # its lease lapsed and another worker has it
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        timeouts = [1.0]
+        steps: list[Any] = []
+        for _ in range(7):
+            with lock:
+                goal = done[0] + 30
+            client.send_batch("slowish", list(range(35)))
+            deadline = time.monotonic() + 20
+            while done[0] < goal and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for step in client.tune():
+                timeouts.append(step.new_timeout)
+                steps.append(step)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    # the tuner's target: 6 x p99 (the lapses were of the shorter timeouts, before the changes;
+    # timeout_advice's second rule, which doubles a timeout already covering the completed
+    # runs, applies only with stale receipts of leases granted since the last change)
+    advice = steps[-1].advice
+    assert advice is not None and 7 <= advice <= 9, [(s.new_timeout, s.advice, s.why) for s in steps]
+    assert timeouts[:3] == [1, 2, 4], timeouts
+    reached = next(i for i, v in enumerate(timeouts) if abs(v - advice) <= 0.25 * v)
+    assert reached <= 4, timeouts  # 1 -> 2 -> 4 -> about 8: three steps
+    assert all(b >= a for a, b in itertools.pairwise(timeouts)), timeouts  # no flapping
+    assert abs(timeouts[-1] - advice) <= 0.25 * timeouts[-1]
+
+
+def test_the_tune_interval_setting_sets_how_often_sweep_tunes(client: queue_pg.Client, conn: Conn) -> None:
+    client.create_queue("often", visibility_timeout=40)
+    client.alter_tuning("often", auto_tune=True)
+    conn.execute("SET queue_pg.tune_interval = '1 second'")
+    add_history(conn, "often", [0.5] * 40)
+    conn.execute("SELECT queue_pg.sweep()")
+    assert client.get_queue("often").visibility_timeout == 20
+    add_history(conn, "often", [0.5] * 40)
+    time.sleep(1.1)
+    conn.execute("SELECT queue_pg.sweep()")  # a second later: another step
+    assert client.get_queue("often").visibility_timeout == 10
+    add_history(conn, "often", [0.5] * 40)
+    conn.execute("SET queue_pg.tune_interval = 'nonsense'")  # invalid: the minute
+    conn.execute("SELECT queue_pg.sweep()")
+    assert client.get_queue("often").visibility_timeout == 10
 
 
 # --- routing ----------------------------------------------------------------------------------

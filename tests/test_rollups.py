@@ -161,3 +161,51 @@ def test_old_rollups_go_with_the_history_retention(client: queue_pg.Client, conn
     assert conn.execute(
         "SELECT DISTINCT q.name FROM queue_pg.history_rollups r LEFT JOIN queue_pg.queues q ON q.id = r.queue_id"
     ).fetchall() == [("beta",)]
+
+
+def test_a_row_committed_after_its_minute_was_reached_is_rolled_up(
+    client: queue_pg.Client, conn: Conn, clean: str
+) -> None:
+    """A consumer deletes a message inside a transaction it holds open while the roller, three
+    minutes later by its clock, reaches that minute: the minute waits for the transaction."""
+    client.create_queue("late")
+    client.send("late", 1)
+    [m] = client.receive("late")
+    later = "clock_timestamp() + interval '3 minutes'"
+    with psycopg.connect(clean) as other:  # a transaction, open until the commit below
+        assert client.delete("late", m.receipt or "", conn=other)
+        [(finished,)] = other.execute("SELECT finished_at FROM queue_pg.message_history").fetchall()
+        conn.execute(f"SELECT queue_pg._rollup_history({later}, 1000000)")
+        _, hi, _ = state(conn)
+        assert hi is None or hi <= finished  # its minute is not rolled up while it may change
+        other.commit()
+    conn.execute(f"SELECT queue_pg._rollup_history({later}, 1000000)")
+    _, hi, _ = state(conn)
+    assert hi > finished
+    assert conn.execute(
+        "SELECT sum(messages) FROM queue_pg.history_rollups WHERE minutes = 1").fetchone() == (1,)
+    # and the figures read from the rollups count it
+    since = finished - timedelta(minutes=5)
+    [row] = [r for r in figures(conn, "_history_figures", since, hi).values() if r["scope"] == "queue"]
+    assert row["messages"] == 1 and row["samples"] == 1
+
+
+def test_one_open_transaction_holds_the_rollups_back_only_up_to_the_cap(
+    client: queue_pg.Client, conn: Conn, clean: str
+) -> None:
+    client.create_queue("stuck")
+    add_history(conn, "stuck", 100, start="clock_timestamp() - interval '10 minutes'",
+                span="interval '5 minutes'", seed=0.5)
+    client.send("stuck", 1)
+    [m] = client.receive("stuck")
+    with psycopg.connect(clean) as other:
+        assert client.delete("stuck", m.receipt or "", conn=other)
+        conn.execute("SELECT queue_pg._rollup_history(clock_timestamp(), 1000000)")
+        assert conn.execute("SELECT count(*) FROM queue_pg.history_rollups").fetchone() == (0,)
+        # a call within the cap still waits; one past it rolls up, the writer still open
+        conn.execute("SELECT queue_pg._rollup_history(clock_timestamp() + interval '9 minutes', 1000000)")
+        assert conn.execute("SELECT count(*) FROM queue_pg.history_rollups").fetchone() == (0,)
+        conn.execute("SELECT queue_pg._rollup_history(clock_timestamp() + interval '11 minutes', 1000000)")
+        assert conn.execute(
+            "SELECT sum(messages) FROM queue_pg.history_rollups WHERE minutes = 1").fetchone() == (100,)
+        other.rollback()

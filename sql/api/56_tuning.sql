@@ -92,17 +92,43 @@ BEGIN
     WHERE a.scope = 'type' AND a.type IS NOT NULL AND a.samples >= 30 AND a.recommended_timeout IS NOT NULL;
 END $$;
 
+-- How often sweep runs a tuning step of the auto_tune queues: the setting queue_pg.tune_interval
+-- (an interval from 1 second to 1 day; unset, empty or invalid: 1 minute). Each step reads the
+-- advice of a day per auto_tune queue (from the rollups: milliseconds), so a busy database keeps
+-- the minute; a queue that must converge fast sets it lower (ALTER DATABASE ... SET).
+CREATE OR REPLACE FUNCTION queue_pg._tune_interval() RETURNS interval
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v interval;
+BEGIN
+    BEGIN
+        v := nullif(current_setting('queue_pg.tune_interval', true), '')::interval;
+    EXCEPTION WHEN data_exception OR syntax_error THEN
+        v := NULL;
+    END;
+    IF v IS NULL OR v < interval '1 second' OR v > interval '1 day' THEN
+        RETURN interval '1 minute';
+    END IF;
+    RETURN v;
+END $$;
+
 -- One tuning step of a queue. The figures are the last 24 hours' (a day of evidence: a p99 of
 -- a mixed queue from a few dozen runs swings from one type to the other); the step acts only
 -- when at least 30 runs finished since the timeout last changed (it saw the new timeout at
 -- work), moves only when the target (_target) differs by more than 25%, by at most a factor
--- of 2, within [tune_min, least(tune_max, max_lease)]. Lapses count as a timeout too short
--- only with stale receipts of leases granted since the last change: a consumer leased before it
--- reports back by the time the longest run seen has passed, so the receipts refused since the
--- change count from the first sample (queue_samples, taken by sweep) that late; until there is
--- one, a step that has such receipts waits. Any stale receipt since the change, however old its
--- lease, keeps the timeout from going down: the slow work is still there.
-CREATE OR REPLACE FUNCTION queue_pg._tune_step(q queue_pg.queues, at timestamptz,
+-- of 2, within [tune_min, least(tune_max, max_lease)]. When 6 x p99 of the runs that completed
+-- alone already calls for a longer timeout, the step goes up that far at once: stale receipts
+-- could only call for more. Else lapses count as a timeout too short only with stale receipts
+-- of leases granted since the last change: a consumer leased before it reports back by the
+-- time the longest run seen has passed, so the receipts refused since the change count from the
+-- first sample (queue_samples, taken by sweep) or tuner mark (tuning_marks) that late; a step
+-- that has such receipts and finds neither waits, and takes the mark itself once that time
+-- has passed (when apply). Any stale receipt since the change, however old its lease, keeps the
+-- timeout from going down: the slow work is still there; nor does it go down before the
+-- timeout set has been in force for the longest run seen (a run leased under it could not have
+-- shown it too short any sooner).
+DROP FUNCTION IF EXISTS queue_pg._tune_step(queue_pg.queues, timestamptz);
+CREATE OR REPLACE FUNCTION queue_pg._tune_step(q queue_pg.queues, at timestamptz, apply boolean,
     OUT old_timeout double precision, OUT new_timeout double precision, OUT advice double precision,
     OUT samples bigint, OUT why text)
 LANGUAGE plpgsql AS $$
@@ -115,6 +141,8 @@ DECLARE
     stale bigint;
     settled timestamptz;
     hold boolean := false;
+    floor_target double precision;
+    rising boolean := false;
 BEGIN
     old_timeout := q.visibility_timeout;
     new_timeout := q.visibility_timeout;
@@ -134,19 +162,41 @@ BEGIN
     samples := a.samples;
     stale := CASE WHEN last.at IS NULL THEN queue_pg._stale_since(q.id, since)
                   ELSE a.stale_receipts - last.stale_receipts END;
-    IF last.at IS NOT NULL AND stale > 0 THEN
+    floor_target := queue_pg._target(a.recommended_timeout, a.p99, a.samples, old_timeout, q.max_lease, 0);
+    IF last.at IS NOT NULL AND stale > 0 AND floor_target > 1.25 * old_timeout THEN
+        stale := 0;  -- going up on the completed runs alone: the stale receipts can wait
+        rising := true;
+    ELSIF last.at IS NOT NULL AND stale > 0 THEN
         settled := last.at + make_interval(secs => least(a.max, q.max_lease));
-        SELECT a.stale_receipts - s.stale_receipts INTO stale FROM queue_pg.queue_samples s
-        WHERE s.queue_id = q.id AND s.at >= settled AND s.at <= _tune_step.at
-        ORDER BY s.at LIMIT 1;
+        SELECT a.stale_receipts - b.stale_receipts INTO stale FROM (
+            SELECT s.at, s.stale_receipts FROM queue_pg.queue_samples s
+            WHERE s.queue_id = q.id AND s.at >= settled AND s.at <= _tune_step.at
+            UNION ALL
+            SELECT m.at, m.stale_receipts FROM queue_pg.tuning_marks m
+            WHERE m.queue_id = q.id AND m.at >= settled AND m.at <= _tune_step.at) b
+        ORDER BY b.at LIMIT 1;
         IF NOT FOUND THEN
-            why := format('%s stale receipts since the last change may be of leases granted before it (runs take up to %s s): waiting for a sample after %s',
-                          a.stale_receipts - last.stale_receipts, round(a.max::numeric, 3), settled);
+            IF apply AND at >= settled THEN
+                INSERT INTO queue_pg.tuning_marks AS m (queue_id, at, stale_receipts)
+                VALUES (q.id, at, a.stale_receipts)
+                ON CONFLICT (queue_id) DO UPDATE SET at = excluded.at, stale_receipts = excluded.stale_receipts;
+                why := format('%s stale receipts since the last change may be of leases granted before it (runs take up to %s s): counting from now',
+                              a.stale_receipts - last.stale_receipts, round(a.max::numeric, 3));
+            ELSE
+                why := format('%s stale receipts since the last change may be of leases granted before it (runs take up to %s s): waiting for a sample after %s',
+                              a.stale_receipts - last.stale_receipts, round(a.max::numeric, 3), settled);
+            END IF;
             RETURN;
         END IF;
         hold := true;
     END IF;
     advice := queue_pg._target(a.recommended_timeout, a.p99, a.samples, old_timeout, q.max_lease, stale);
+    IF advice < old_timeout AND last.at IS NOT NULL
+       AND at < last.at + make_interval(secs => least(a.max, q.max_lease)) THEN
+        why := format('advice %s s, but the timeout set at %s has not yet been in force for the longest run (%s s): not lowering %s s yet',
+                      queue_pg._fmt(advice), last.at, round(a.max::numeric, 3), queue_pg._fmt(old_timeout));
+        RETURN;
+    END IF;
     IF hold AND advice < old_timeout THEN
         why := format('advice %s s, but %s stale receipts since the last change: not lowering %s s',
                       queue_pg._fmt(advice), a.stale_receipts - last.stale_receipts, queue_pg._fmt(old_timeout));
@@ -160,7 +210,9 @@ BEGIN
     why := format('advice %s s (p99 %s s, expiry rate %s, %s samples in 24 hours)%s%s',
                   queue_pg._fmt(advice), round(a.p99::numeric, 3), coalesce(round(a.expiry_rate::numeric, 4)::text, 'n/a'),
                   samples,
-                  CASE WHEN advice < a.recommended_timeout
+                  CASE WHEN rising
+                       THEN '; 6 x p99 of the completed runs alone calls for more (stale receipts since the last change not counted yet)'
+                       WHEN advice < a.recommended_timeout
                        THEN format('; leases lapsed but no stale receipt of a lease granted since the last change: crashed consumers, not slow work, so 6 x p99 rather than %s s',
                                    queue_pg._fmt(a.recommended_timeout)) ELSE '' END,
                   CASE WHEN new_timeout <> advice THEN format('; step bounded to %s s (at most 2x per step, within %s..%s s)',
@@ -186,7 +238,7 @@ BEGIN
           AND (NOT check_access OR queue_pg._denied(t.id, 'manage') IS NULL)
         ORDER BY t.name
     LOOP
-        s := queue_pg._tune_step(q, at);
+        s := queue_pg._tune_step(q, at, apply);
         queue := q.name; old_timeout := s.old_timeout; new_timeout := s.new_timeout;
         advice := s.advice; samples := s.samples; why := s.why;
         changed := apply AND s.new_timeout <> s.old_timeout;
@@ -224,7 +276,8 @@ END $$;
 
 -- Run by sweep, whoever calls it: a sample for queue_stats (at most every 15 s), the history's
 -- per-minute rollups (57_rollups.sql: at most 20,000 history rows a call), and a tuning step of
--- the auto_tune queues (at most once a minute, the mark kept in the samples' clock).
+-- the auto_tune queues (at most once per _tune_interval(), default a minute; the mark kept in
+-- the samples' clock).
 CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -235,7 +288,7 @@ BEGIN
     PERFORM queue_pg._forget_rollups(clock_timestamp(), 10000);
     -- a row lock no other role can take; a sweep that finds it taken leaves tuning to its holder
     SELECT r.at INTO last FROM queue_pg.tuning_runs r FOR UPDATE SKIP LOCKED;
-    IF FOUND AND (last IS NULL OR last <= at - interval '1 minute' OR last > at) THEN
+    IF FOUND AND (last IS NULL OR last <= at - queue_pg._tune_interval() OR last > at) THEN
         UPDATE queue_pg.tuning_runs r SET at = _maintain.at;
         PERFORM queue_pg._tune(NULL, true, false);
         PERFORM queue_pg._refresh_type_leases(q, at) FROM queue_pg.queues q

@@ -42,9 +42,32 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              * (least(hi, greatest(lo, queue_pg._bucket_value(b_hi))) - least(hi, greatest(lo, queue_pg._bucket_value(b_lo))))
 $$;
 
+-- The transactions that may be writing history rows now, other than the caller's: those holding
+-- (or waiting for) a write lock on queue_pg.message_history, by virtual transaction id (unique
+-- for the server's lifetime). A row is written in the statement that computes its finished_at,
+-- after that statement has locked the table, so a row that will finish in a minute already
+-- ended is written by one of these. pg_locks is readable by every role and is per database.
+CREATE OR REPLACE FUNCTION queue_pg._history_writers() RETURNS text[]
+LANGUAGE sql VOLATILE AS $$
+    SELECT coalesce(array_agg(DISTINCT l.virtualtransaction), '{}')
+    FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'relation' AND l.relation = 'queue_pg.message_history'::regclass
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+      AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+      AND l.pid IS DISTINCT FROM pg_backend_pid()
+$$;
+
+-- How long (queue clock) a mark waits for the writers it saw before the minutes up to it are
+-- rolled up anyway: one session left open cannot stop the rollups for ever. Its rows in those
+-- minutes, committed later, are missed by the rollups (they stay in the history).
+CREATE OR REPLACE FUNCTION queue_pg._rollup_cap() RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$ SELECT interval '10 minutes' $$;
+
 -- Rolls up the history of whole minutes after the covered ones (history_rollup_state.hi), up to
--- the minute that ended at least a minute ago (a history row is committed by then, unless its
--- transaction outlived its finish by a minute: such a row stays out of the rollups), then
+-- the minute that ended at least a minute ago, and only once every transaction that could still
+-- write a row into them has ended: a call that finds writers at work (_history_writers) takes a
+-- mark (the minute end, the writers) and rolls up to an older mark whose writers have all ended
+-- (or that is older than _rollup_cap()); with no writer at work it may roll up at once. Then it
 -- merges each hour whose minutes are all rolled up into an hour row. Bounded work per call: at
 -- most 60 statements of each kind, and it stops once it has read max_rows history rows (the
 -- last step may take it one minute's rows past). A step rolls up the next hour at once when it
@@ -62,15 +85,39 @@ DECLARE
     n bigint;
     done bigint := 0;
     steps integer := 0;
+    writers text[];
 BEGIN
     IF EXISTS (SELECT 1 FROM queue_pg.history_rollup_state s
                WHERE s.hi >= target AND s.hours_hi > s.hi - interval '1 hour') THEN
         RETURN 0;  -- caught up: no lock, no write
     END IF;
-    SELECT s.lo, s.hi, s.hours_hi INTO st FROM queue_pg.history_rollup_state s FOR UPDATE SKIP LOCKED;
+    SELECT s.* INTO st FROM queue_pg.history_rollup_state s FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- how far it may go: a mark whose writers have all ended (or that is older than the cap)
+    -- becomes safe; a new mark waits for the writers seen now
+    writers := queue_pg._history_writers();
+    IF st.mark IS NOT NULL AND (NOT st.mark_writers && writers OR at >= st.mark_taken + queue_pg._rollup_cap()
+                                OR at < st.mark_taken) THEN
+        st.safe := greatest(st.safe, st.mark);
+        st.mark := NULL;
+    END IF;
+    IF st.mark IS NULL AND (st.safe IS NULL OR st.safe < target) THEN
+        IF cardinality(writers) = 0 THEN
+            st.safe := target;
+        ELSE
+            st.mark := target;
+            st.mark_taken := at;
+            st.mark_writers := writers;
+        END IF;
+    END IF;
+    IF st.safe IS NULL THEN
+        UPDATE queue_pg.history_rollup_state s SET mark = st.mark, mark_taken = st.mark_taken,
+            mark_writers = st.mark_writers;
+        RETURN 1;  -- not caught up: waiting for the mark's writers
+    END IF;
+    target := least(target, st.safe);
     IF st.hi IS NULL THEN  -- the first run starts at the oldest history row
         SELECT min(f.x) INTO nxt FROM queue_pg.queues q
         CROSS JOIN LATERAL (SELECT min(h.finished_at) AS x FROM queue_pg.message_history h WHERE h.queue_id = q.id) f;
@@ -145,8 +192,9 @@ BEGIN
         PERFORM queue_pg._rollup_hour(st.hours_hi);
         st.hours_hi := st.hours_hi + interval '1 hour';
     END LOOP;
-    UPDATE queue_pg.history_rollup_state s SET lo = st.lo, hi = st.hi, hours_hi = st.hours_hi;
-    RETURN done + steps;
+    UPDATE queue_pg.history_rollup_state s SET lo = st.lo, hi = st.hi, hours_hi = st.hours_hi,
+        safe = st.safe, mark = st.mark, mark_taken = st.mark_taken, mark_writers = st.mark_writers;
+    RETURN done + steps + (st.mark IS NOT NULL)::int;
 END $$;
 
 -- The hour rows of the hour starting at `first`, merged from its minute rows (each queue's
