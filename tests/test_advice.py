@@ -332,7 +332,7 @@ def test_auto_tune_raises_a_too_short_timeout_under_real_workers(client: queue_p
     try:
         timeouts = [1.0]
         steps: list[Any] = []
-        for _ in range(7):
+        for _ in range(8):
             with lock:
                 goal = done[0] + 30
             client.send_batch("slowish", list(range(35)))
@@ -351,9 +351,11 @@ def test_auto_tune_raises_a_too_short_timeout_under_real_workers(client: queue_p
     # runs, applies only with stale receipts of leases granted since the last change)
     advice = steps[-1].advice
     assert advice is not None and 7 <= advice <= 9, [(s.new_timeout, s.advice, s.why) for s in steps]
-    assert timeouts[:3] == [1, 2, 4], timeouts
-    reached = next(i for i, v in enumerate(timeouts) if abs(v - advice) <= 0.25 * v)
-    assert reached <= 4, timeouts  # 1 -> 2 -> 4 -> about 8: three steps
+    # a round whose runs a loaded machine did not finish in time holds (a step, no change)
+    changes = [v for i, v in enumerate(timeouts) if i == 0 or v != timeouts[i - 1]]
+    assert changes[:3] == [1, 2, 4], timeouts
+    reached = next(i for i, v in enumerate(changes) if abs(v - advice) <= 0.25 * v)
+    assert reached <= 3, timeouts  # 1 -> 2 -> 4 -> about 8: three changes
     assert all(b >= a for a, b in itertools.pairwise(timeouts)), timeouts  # no flapping
     assert abs(timeouts[-1] - advice) <= 0.25 * timeouts[-1]
 
