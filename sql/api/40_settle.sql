@@ -65,7 +65,7 @@ BEGIN
     IF m.id IS NOT NULL THEN
         PERFORM queue_pg._history(q, m, 'deleted', n);
         PERFORM nextval(queue_pg._sequence('deleted', q.id));
-        IF q.in_flight_limit IS NOT NULL AND m.visible_at > n THEN
+        IF q.in_flight_limit IS NOT NULL AND m.visible_at > n AND NOT m.released THEN
             UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
         END IF;
         RETURN true;
@@ -127,7 +127,7 @@ BEGIN
         SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n)).* FROM del d WHERE q.history
     )
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.lease_no), '{}'),
-           count(*) FILTER (WHERE d.visible_at > n)
+           count(*) FILTER (WHERE d.visible_at > n AND NOT d.released)
     INTO gone_ids, gone_leases, freed
     FROM del d;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
@@ -219,8 +219,10 @@ BEGIN
                                  size, q.max_message_size, quote_literal(q.name));
         END IF;
     END IF;
-    was_in := m.visible_at > n;
-    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 END;
+    -- in flight: leased and not released (a planned retry's backoff holds no slot, see
+    -- _in_flight_exact)
+    was_in := m.visible_at > n AND NOT m.released;
+    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 AND NOT release END;
     -- Back in flight (a released or lapsed lease taken up again): bounded by the limit like a
     -- receive.
     IF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN
