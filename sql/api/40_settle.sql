@@ -67,6 +67,7 @@ BEGIN
         PERFORM nextval(queue_pg._sequence('deleted', q.id));
         IF q.in_flight_limit IS NOT NULL AND m.visible_at > n AND NOT m.released THEN
             UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
+            PERFORM queue_pg._wake(q.id, false);  -- a slot is free: wake a long poll (issue 16)
         END IF;
         RETURN true;
     END IF;
@@ -132,6 +133,9 @@ BEGIN
     FROM del d;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
+        -- slots are free: wake the long polls waiting on a full queue (issue 16: a max_running
+        -- task's next run starts when a run ends, not at the next poll slice)
+        PERFORM queue_pg._wake(q.id, false);
     END IF;
     PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('deleted', cardinality(gone_ids)) k;
     IF cardinality(gone_ids) = cnt THEN  -- the usual case: every entry deleted
@@ -244,8 +248,8 @@ BEGIN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n + CASE WHEN was_in THEN -1 ELSE 1 END, 0)
         WHERE f.queue_id = q.id;
     END IF;
-    IF timeout = 0 THEN
-        PERFORM pg_notify(queue_pg._channel(q.id, key), '');
+    IF timeout = 0 OR (q.in_flight_limit IS NOT NULL AND was_in AND NOT is_in) THEN
+        PERFORM pg_notify(queue_pg._channel(q.id, key), '');  -- visible now, or a slot is free
     END IF;
     RETURN result;
 END $$;
