@@ -502,3 +502,13 @@ class AsyncClient(AsyncClientBase):
         """At most ``per_second`` receives start a message of ``queue`` each second, whoever
         receives (None: no limit); over any t seconds at most per_second * (t + 1)."""
         return await self._run(periodic.set_rate_limit(queue, per_second), conn)
+
+    async def limit_task(
+        self, queue: str, task: str, target: str, max_running: int, *,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        """At most ``max_running`` messages of type ``task`` sent to ``queue`` in flight at
+        once: they are routed to ``target``, a queue of their own (made with ``queue``'s
+        settings) whose in_flight_limit is the limit. True when something changed; a role with
+        only send on ``queue`` may call it once the limit is in place."""
+        return await self._run(periodic.limit_task(queue, task, target, max_running), conn)

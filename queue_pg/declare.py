@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from queue_pg.client import Client
     from queue_pg.tasks import Registry, Task
 
-__all__ = ["INHERITED", "create_declared", "ensure_queues", "hint", "limited_queue", "limits",
+__all__ = ["create_declared", "ensure_limit", "ensure_queues", "hint", "limited_queue", "limits",
            "missing_queue"]
 
 logger = logging.getLogger("queue_pg.worker")
@@ -79,16 +79,11 @@ def limited_queue(task: Task) -> str:
     return name
 
 
-#: Settings a limited task's queue takes from its task's queue.
-INHERITED = ("visibility_timeout", "message_ttl", "max_message_size", "max_lease",
-             "dead_letter_queue", "max_receive_count", "history", "history_retention")
-
-
 def limits(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
     """At a worker's start: the limits its tasks declare, in the database. A ``max_running``
-    task gets a queue of its own (its queue's settings, ``in_flight_limit`` = the limit) and a
-    route from its queue for messages of its type, so a send from anywhere lands there; a
-    ``rate_limit`` becomes its queue's start rate."""
+    task's messages are routed to a queue of their own whose ``in_flight_limit`` is the limit
+    (``queue_pg.limit_task``, which the task's first enqueue calls too); a ``rate_limit``
+    becomes its queue's start rate."""
     tasks = [] if registry is None else [t for t in registry.tasks.values() if t.queue in queues]
     for t in tasks:
         if t.rate_limit is not None:
@@ -96,16 +91,27 @@ def limits(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
         if t.max_running is None:
             continue
         target = limited_queue(t)
-        parent = yield ClientCall("get_queue", (t.queue,))
-        try:
-            yield ClientCall("get_queue", (target,))
-            yield ClientCall("alter_queue", (target,), {"in_flight_limit": t.max_running})
-        except QueueNotFound:
-            settings = {k: getattr(parent, k) for k in INHERITED}
-            yield ClientCall("create_queue", (target,),
-                             {**settings, "in_flight_limit": t.max_running})
-        yield ClientCall("add_route", (t.queue, t.name, target))
+        yield ClientCall("limit_task", (t.queue, t.name, target, t.max_running))
         logger.info("task %s: at most %d running, in queue %s", t.name, t.max_running, target)
+
+
+def ensure_limit(
+    task: Task, conn: psycopg.Connection[Any] | None, client: Client | None
+) -> None:
+    """Before an enqueue of a ``max_running`` task: its limit in place (``queue_pg.limit_task``),
+    on the caller's connection (in its transaction: the route commits with the message) or with
+    ``client``, so its messages never run unlimited, whether or not a worker started yet."""
+    assert task.max_running is not None
+    call = (task.queue, task.name, limited_queue(task), task.max_running)
+    if conn is not None:
+        from queue_pg.client import execute
+        from queue_pg.periodic import limit_task
+
+        with translating():
+            execute(conn, limit_task(*call))
+    else:
+        assert client is not None
+        client.limit_task(*call)
 
 
 def ensure_queues(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:

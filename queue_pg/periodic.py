@@ -174,6 +174,13 @@ def set_rate_limit(queue: str, per_second: float | None) -> Call[float | None]:
                 {"queue": queue, "rate": per_second}, lambda columns, rows: rows[0][0])
 
 
+def limit_task(queue: str, task: str, target: str, max_running: int) -> Call[bool]:
+    return Call("select queue_pg.limit_task(%(queue)s::text, %(task)s::text, %(target)s::text,"
+                " %(n)s::integer)",
+                {"queue": queue, "task": task, "target": target, "n": max_running},
+                lambda columns, rows: bool(rows[0][0]))
+
+
 def schedules(queue: str | None = None) -> Call[list[Schedule]]:
     where = "" if queue is None else " where queue = %(queue)s"
     return Call("select * from queue_pg.schedules" + where,

@@ -66,9 +66,11 @@ class Task:
     several schedules). ``create`` or queue ``settings`` (``visibility_timeout=60``, ...): the
     queue is created with them when a worker starts or the first enqueue finds it missing.
 
-    Limits the database enforces across all workers, set up when a worker starts:
-    ``max_running``: at most that many runs of this task at once (its messages are routed to a
-    queue of their own, :func:`queue_pg.declare.limited_queue`, whose ``in_flight_limit`` it is);
+    Limits the database enforces across all workers, set up by the task's first enqueue (before
+    its message is sent) and when a worker starts: ``max_running``: at most that many runs of
+    this task at once (its messages are routed to a queue of their own,
+    :func:`queue_pg.declare.limited_queue`, whose ``in_flight_limit`` it is; a retry waiting
+    out its backoff holds no slot);
     ``rate_limit``: at most that many starts per second of the task's queue (every task in it).
     """
 
@@ -109,6 +111,7 @@ class Task:
         self.max_running = max_running
         self.rate_limit = rate_limit
         self._queue_made = False  # an enqueue found (or made) the declared queue
+        self._limit_made = False  # an enqueue with a client set up max_running's route
         functools.update_wrapper(self, func)
         self.registry.register(self)
         self.schedule = schedule
@@ -156,11 +159,33 @@ class Task:
         if conn is None and client is None and self.registry.connection is not None:
             conn = self.registry.connection()
         if client is None and conn is not None and self.registry.client is None:
-            return self._declaring(
-                conn, lambda: _send_on(conn, self.queue, body, delay, attributes))
+            on = conn
+
+            def send_on() -> int:
+                self._limited(on, None)
+                return _send_on(on, self.queue, body, delay, attributes)
+
+            return self._declaring(conn, send_on)
         c = client or self.registry.default_client()
-        return self._declaring(conn, lambda: c.send(
-            self.queue, body, delay=delay, attributes=attributes, conn=conn), c)
+
+        def send() -> int:
+            self._limited(conn, c)
+            return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
+
+        return self._declaring(conn, send, c)
+
+    def _limited(self, conn: psycopg.Connection[Any] | None, client: Client | None) -> None:
+        """A ``max_running`` task's limit in place before its message is sent (see
+        :func:`queue_pg.declare.ensure_limit`): in the caller's transaction on each enqueue
+        there (a rolled-back first enqueue takes the route with it), once per process with a
+        client (committed)."""
+        if self.max_running is None or (conn is None and self._limit_made):
+            return
+        from queue_pg.declare import ensure_limit
+
+        ensure_limit(self, conn, client)
+        if conn is None:
+            self._limit_made = True
 
     def _declaring(
         self, conn: psycopg.Connection[Any] | None, send: Callable[[], int],

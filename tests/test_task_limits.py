@@ -4,14 +4,24 @@ at most R starts a second on a queue; queues without limits are untouched."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+import worker_app
 
 import queue_pg
+import queue_pg.errors
+from queue_pg.backoff import Backoff
 from queue_pg.declare import limited_queue
 from queue_pg.errors import InvalidParameter
 from queue_pg.tasks import Registry, Task
@@ -127,3 +137,148 @@ def test_rate_limit_caps_starts_per_second_from_the_history(
     assert "rate_limit" not in options(clean, "rated")
     with pytest.raises(InvalidParameter, match="per_second = 0 is out of range"):
         client.set_rate_limit("rated", 0)
+
+
+def overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant (an end before a start at the same instant)."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_max_running_holds_from_the_first_enqueue_across_worker_processes(
+    client: queue_pg.Client, clean: str, tmp_path: Path
+) -> None:
+    """Jobs enqueued before any worker ever started are limited too: the first enqueue set the
+    limit up. Three worker processes of 4 threads each: at most 2 runs at once, counted from
+    what ran (worker_runs) and from the leases in the history."""
+    import limits_app
+    from test_worker import App
+
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(worker_app.RUNS_DDL)
+        c.execute("TRUNCATE worker_runs")
+    client.create_queue(limits_app.QUEUE)
+    target = limited_queue(limits_app.slow)
+    n = 10
+    for i in range(n):
+        limits_app.slow.send([f"k{i}", 0.3], client=client)
+    assert client.get_queue(target).in_flight_limit == 2
+    assert client.stats(target).visible == n and client.stats(limits_app.QUEUE).visible == 0
+    app = App(clean, client, tmp_path)
+    try:
+        for _ in range(3):
+            app.procs.append(spawn(app, "limits_app", limits_app.QUEUE, concurrency=4))
+        wait_for("every run", lambda: len(app.runs("done")) == n, timeout=60)
+    finally:
+        for p in app.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in app.procs:
+            p.popen.wait(30)
+    starts = {r["key"]: r["at"].timestamp() for r in app.runs("start")}
+    ends = {r["key"]: r["at"].timestamp() for r in app.runs("done")}
+    assert len(starts) == n
+    assert overlap([(starts[k], ends[k]) for k in starts]) == 2
+    # a run starts when one ends (the delete that frees the slot wakes the long polls), not at
+    # the next poll slice: 5 rounds of 0.3 s, where a second a round took 5 s
+    span = max(ends.values()) - min(starts.values())
+    assert span < 3.5, sorted((starts[k], ends[k]) for k in starts)
+    with psycopg.connect(clean, autocommit=True) as c:
+        leases = [(a.timestamp(), b.timestamp()) for a, b in c.execute(
+            "SELECT last_received_at, finished_at FROM queue_pg.message_history"
+            " WHERE queue = %s AND outcome = 'deleted'", [target])]
+    assert len(leases) == n and overlap(leases) <= 2
+
+
+def spawn(app: Any, module: str, queue: str, concurrency: int) -> Any:
+    from test_worker import ROOT, Proc
+
+    log = app.tmp / f"worker-{len(app.procs)}.log"
+    env = {**os.environ, "QUEUE_PG_DSN": app.dsn,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "queue_pg.worker_cli", module, "--queue", queue,
+             "--concurrency", str(concurrency)],
+            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return Proc(popen, log)
+
+
+def test_a_producer_without_manage_enqueues_once_the_limit_is_in_place(
+    client: queue_pg.Client, clean: str
+) -> None:
+    """limit_task asks only send of a producer when the limit exists; setting it up asks more."""
+    client.create_queue("lp")
+    reg = Registry()
+    t = Task(lambda: None, queue="lp", name="lp.t", registry=reg, max_running=3)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("DROP ROLE IF EXISTS h16_lp_producer")
+        c.execute("CREATE ROLE h16_lp_producer LOGIN IN ROLE queue_pg_producer")
+    try:
+        client.grant("lp", "h16_lp_producer", "send")
+        dsn = psycopg.conninfo.make_conninfo(clean, user="h16_lp_producer")
+        with queue_pg.Client(dsn, sweep_interval=None) as producer:
+            with pytest.raises(queue_pg.errors.AccessDenied, match="manage"):
+                t.send(client=producer)  # no limit yet, and no right to set it up
+            assert client.stats("lp").visible == 0
+            assert client.limit_task("lp", "lp.t", limited_queue(t), 3) is True
+            assert client.limit_task("lp", "lp.t", limited_queue(t), 3) is False
+            t.send(client=producer)
+            t._limit_made = False
+            with psycopg.connect(dsn) as conn:  # in the producer's transaction
+                t.send(conn=conn)
+        assert client.stats(limited_queue(t)).visible == 2
+        assert client.stats("lp").visible == 0
+    finally:
+        with psycopg.connect(clean, autocommit=True) as c:
+            c.execute("DROP OWNED BY h16_lp_producer")
+            c.execute("DROP ROLE h16_lp_producer")
+
+
+def test_a_retry_waiting_out_its_backoff_holds_no_slot(
+    client: queue_pg.Client, clean: str
+) -> None:
+    """max_running=1: the first job fails and waits 30 s for its retry; the second runs now."""
+    client.create_queue("bk")
+    reg = Registry()
+    reg.set_client(client)
+    ran: list[str] = []
+
+    def flaky(key: str) -> None:
+        ran.append(key)
+        if key == "a":
+            raise RuntimeError("first attempt fails")
+
+    t = Task(flaky, queue="bk", name="bk.flaky", registry=reg, max_running=1,
+             backoff=Backoff(base=30, cap=30, jitter=0))
+    with workers(clean, ["bk"], reg, n=1, concurrency=2):
+        wait_for("the limit", lambda: client.list_routes("bk"))
+        t.enqueue("a")
+        wait_for("a's first attempt", lambda: ran == ["a"])
+        t.enqueue("b")
+        wait_for("b, while a waits out its backoff", lambda: ran == ["a", "b"], timeout=10)
+    stats = client.stats(limited_queue(t))
+    assert (stats.visible, stats.in_flight) == (0, 1)  # a: waiting out its backoff
+
+
+def test_in_flight_limit_does_not_count_a_released_backoff(
+    client: queue_pg.Client, clean: str
+) -> None:
+    client.create_queue("ifl", in_flight_limit=1)
+    client.send_batch("ifl", [{"n": 1}, {"n": 2}])
+    [m] = client.receive("ifl", 5)
+    with pytest.raises(queue_pg.errors.OverLimit):
+        client.receive("ifl", 1, wait=0)
+    client.change_visibility("ifl", m.receipt, 60, release=True)  # a planned retry's backoff
+    [m2] = client.receive("ifl", 5, wait=0)
+    with pytest.raises(queue_pg.errors.OverLimit):
+        client.receive("ifl", 1, wait=0)
+    assert client.delete("ifl", m.receipt)  # the old holder deletes it during its backoff
+    with pytest.raises(queue_pg.errors.OverLimit):  # and frees no slot it did not hold
+        client.receive("ifl", 1, wait=0)
+    assert client.delete("ifl", m2.receipt)
+    assert client.receive("ifl", 1, wait=0) == []

@@ -187,3 +187,41 @@ def test_racing_worker_processes_delete_each_message_exactly_once(app: App) -> N
         row = c.execute("SELECT count(*) FROM queue_pg.messages").fetchone()
     assert row is not None and row[0] == 0
 
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_settle_cut_off_by_the_server_is_retried_and_deletes_each_job_once(
+    kind: str, client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each handler ends by having the server terminate every connection of the worker (by its
+    application_name): the settle that follows (a receive carrying the deletes, or the flush)
+    fails on a dead connection and is tried again on a new one. From the history: each job
+    deleted once, received once (its lease held: it never ran again)."""
+    client.create_queue("cut", visibility_timeout=30)
+    ids = [client.send("cut", {"n": i}) for i in range(4)]
+    name = f"qp-cut-{kind}-{os.getpid()}"
+    runs: collections.Counter[int] = collections.Counter()
+    killed: list[int] = []
+
+    def handler(job: Any) -> None:
+        runs[job.id] += 1
+        with psycopg.connect(clean, autocommit=True) as c:  # the job is done; now the cut
+            row = c.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                            " WHERE application_name = %s", [name]).fetchone()
+        assert row is not None
+        killed.append(row[0])
+
+    dsn = psycopg.conninfo.make_conninfo(clean, application_name=name)
+    with caplog.at_level(logging.WARNING, "queue_pg"), running(
+            kind, dsn, "cut", handler, concurrency=1, wait=1) as stats:
+        wait_until("every job settled", lambda: stats.succeeded == len(ids), timeout=60)
+    assert all(k > 0 for k in killed) and len(killed) == len(ids)
+    # each cut made the next call of the worker fail: the receive carrying the job's delete
+    # (or the flush's delete_batch); it was tried again on a new connection
+    assert caplog.text.count("lost the database (AdminShutdown") >= len(ids), caplog.text
+    assert dict(runs) == {i: 1 for i in ids}
+    assert (stats.lost, stats.retried) == (0, 0)
+    with psycopg.connect(clean, autocommit=True) as c:
+        rows = c.execute("SELECT message_id, outcome, receive_count, lease_expiries"
+                         " FROM queue_pg.message_history WHERE queue = 'cut'").fetchall()
+    assert sorted(rows) == [(i, "deleted", 1, 0) for i in ids]

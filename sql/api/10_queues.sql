@@ -81,11 +81,15 @@ BEGIN
 END $$;
 
 -- Received-not-deleted messages whose lease has not lapsed, counted no further than the limit.
+-- A planned retry waiting out its backoff (change_visibility release => true, issue 16) is not in
+-- flight: like a delayed message, it holds no slot of in_flight_limit (nor of a task's
+-- max_running) until a receive takes it again.
 CREATE OR REPLACE FUNCTION queue_pg._in_flight_exact(q queue_pg.queues, at timestamptz) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT count(*) FROM (
         SELECT 1 FROM queue_pg.messages m
         WHERE m.queue_id = q.id AND m.visible_at > at AND m.last_received_at IS NOT NULL
+          AND NOT m.released
         LIMIT coalesce(q.in_flight_limit, 2147483647)
     ) s
 $$;

@@ -65,8 +65,9 @@ BEGIN
     IF m.id IS NOT NULL THEN
         PERFORM queue_pg._history(q, m, 'deleted', n);
         PERFORM nextval(queue_pg._sequence('deleted', q.id));
-        IF q.in_flight_limit IS NOT NULL AND m.visible_at > n THEN
+        IF q.in_flight_limit IS NOT NULL AND m.visible_at > n AND NOT m.released THEN
             UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
+            PERFORM queue_pg._wake(q.id, false);  -- a slot is free: wake a long poll (issue 16)
         END IF;
         RETURN true;
     END IF;
@@ -127,11 +128,14 @@ BEGIN
         SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n)).* FROM del d WHERE q.history
     )
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.lease_no), '{}'),
-           count(*) FILTER (WHERE d.visible_at > n)
+           count(*) FILTER (WHERE d.visible_at > n AND NOT d.released)
     INTO gone_ids, gone_leases, freed
     FROM del d;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
+        -- slots are free: wake the long polls waiting on a full queue (issue 16: a max_running
+        -- task's next run starts when a run ends, not at the next poll slice)
+        PERFORM queue_pg._wake(q.id, false);
     END IF;
     PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('deleted', cardinality(gone_ids)) k;
     IF cardinality(gone_ids) = cnt THEN  -- the usual case: every entry deleted
@@ -219,8 +223,10 @@ BEGIN
                                  size, q.max_message_size, quote_literal(q.name));
         END IF;
     END IF;
-    was_in := m.visible_at > n;
-    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 END;
+    -- in flight: leased and not released (a planned retry's backoff holds no slot, see
+    -- _in_flight_exact)
+    was_in := m.visible_at > n AND NOT m.released;
+    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 AND NOT release END;
     -- Back in flight (a released or lapsed lease taken up again): bounded by the limit like a
     -- receive.
     IF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN
@@ -242,8 +248,8 @@ BEGIN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n + CASE WHEN was_in THEN -1 ELSE 1 END, 0)
         WHERE f.queue_id = q.id;
     END IF;
-    IF timeout = 0 THEN
-        PERFORM pg_notify(queue_pg._channel(q.id, key), '');
+    IF timeout = 0 OR (q.in_flight_limit IS NOT NULL AND was_in AND NOT is_in) THEN
+        PERFORM pg_notify(queue_pg._channel(q.id, key), '');  -- visible now, or a slot is free
     END IF;
     RETURN result;
 END $$;

@@ -1,9 +1,9 @@
 -- Start rates per queue (revision 0007): at most per_second claims a second, over any t seconds
 -- at most per_second * (t + 1). A queue with a rate has options.rate_limit set, which _claim reads
--- from the queue row it already holds: queues without one pay nothing. Concurrency limits per task
--- need no SQL of their own: a limited task's messages are routed (add_route) to a queue of its
--- own whose in_flight_limit is the limit (queue_pg/declare.py), so they never stand in front of
--- other tasks' messages.
+-- from the queue row it already holds: queues without one pay nothing. A concurrency limit per
+-- task (max_running) is a route (add_route) of the task's messages to a queue of their own whose
+-- in_flight_limit is the limit (limit_task below), so they never stand in front of other tasks'
+-- messages.
 
 -- Takes up to `want` starts from the queue's bucket; how many it got (want when the queue has no
 -- bucket). The row lock orders the claims of one rate-limited queue.
@@ -50,4 +50,41 @@ BEGIN
     UPDATE queue_pg.queues x SET options = x.options || jsonb_build_object('rate_limit', per_second)
     WHERE x.id = q.id;
     RETURN per_second;
+END $$;
+
+-- task B (issue 16): a task's concurrency limit, set up by the first enqueue of the task (in the
+-- sender's transaction, before its message is sent) and by each worker at its start, so the limit
+-- holds from the first message on: messages of type `task` sent to `queue` are routed to `target`,
+-- a queue of their own (made with `queue`'s settings if missing) whose in_flight_limit is
+-- max_running. A role with send on `queue` may call it once the limit is in place (a producer's
+-- enqueue: false, nothing to do); setting it up or changing it needs what create_queue,
+-- alter_queue and add_route need. True when something changed.
+CREATE OR REPLACE FUNCTION queue_pg.limit_task(queue text, task text, target text, max_running integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'send');
+    t queue_pg.queues;
+BEGIN
+    PERFORM queue_pg._check('max_running', max_running, 1, 10000000, 'runs');
+    SELECT * INTO t FROM queue_pg.queues x WHERE x.name = limit_task.target;
+    IF t.in_flight_limit = max_running AND EXISTS (
+            SELECT 1 FROM queue_pg.routes r
+            WHERE r.queue_id = q.id AND r.type = limit_task.task AND r.target_id = t.id) THEN
+        RETURN false;
+    END IF;
+    q := queue_pg._queue(queue, 'manage');
+    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR UPDATE;  -- one set-up at a time
+    SELECT * INTO t FROM queue_pg.queues x WHERE x.name = limit_task.target;
+    IF t.id IS NULL THEN
+        PERFORM queue_pg.create_queue(target, visibility_timeout => q.visibility_timeout,
+            message_ttl => q.message_ttl, max_message_size => q.max_message_size,
+            max_lease => q.max_lease, dead_letter_queue => q.dead_letter_queue,
+            max_receive_count => q.max_receive_count, history => q.history,
+            history_retention => q.history_retention, in_flight_limit => max_running);
+    ELSIF t.in_flight_limit IS DISTINCT FROM max_running THEN
+        PERFORM queue_pg.alter_queue(target, in_flight_limit => max_running);
+    END IF;
+    PERFORM queue_pg.add_route(queue, task, target);
+    RETURN true;
 END $$;

@@ -175,6 +175,8 @@ BEGIN
                                       -- periodic tasks (52_periodic.sql)
                                       'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
                                       'set_rate_limit',
+                                      -- a task's max_running (53_task_limits.sql, issue 16)
+                                      'limit_task',
                                       -- redrive tasks (57_redrive.sql)
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
                                       -- the dashboard (59_dashboard.sql)
