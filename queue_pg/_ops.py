@@ -47,6 +47,7 @@ from queue_pg.types import (
     MessageDetails,
     QueueConfig,
     QueueStats,
+    RedriveAllow,
     RedriveTask,
     Seconds,
     flag,
@@ -415,6 +416,32 @@ def start_redrive(dlq: str, to: str | None = None, rate: float | None = None) ->
         {"dlq": text(dlq, "dlq"), "to": text(to, "to"),
          "rate": None if rate is None else float(rate)},
         as_int,
+    )
+
+
+def _redrive_allow(columns: Columns, rows: Rows) -> RedriveAllow:
+    policy = rows[0][0]
+    sources = policy.get("sources")
+    return RedriveAllow(policy["permission"], None if sources is None else tuple(sources))
+
+
+def set_redrive_allow(
+    queue: str, permission: str, sources: Sequence[str] | None = None
+) -> Call[RedriveAllow]:
+    return Call(
+        "select queue_pg.set_redrive_allow(%(queue)s, %(permission)s,"
+        " %(sources)s::text[]) as result",
+        {"queue": text(queue, "queue"), "permission": text(permission, "permission"),
+         "sources": None if sources is None
+         else [text(q, f"sources[{i}]") for i, q in enumerate(sources)]},
+        _redrive_allow,
+    )
+
+
+def redrive_allow(queue: str) -> Call[RedriveAllow]:
+    return Call(
+        "select queue_pg.redrive_allow(%(queue)s) as result", {"queue": text(queue, "queue")},
+        _redrive_allow,
     )
 
 

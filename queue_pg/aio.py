@@ -28,6 +28,7 @@ from queue_pg.types import (
     MessageDetails,
     QueueConfig,
     QueueStats,
+    RedriveAllow,
     RedriveTask,
     Seconds,
 )
@@ -308,6 +309,25 @@ class AsyncClient(AsyncClientBase):
         The task lives in the database: :meth:`redrive_step` and every sweep advance it, so it
         goes on after a restart. One running task per queue (``RedriveInProgress``)."""
         return await self._run(_ops.start_redrive(dlq, to, rate), conn)
+
+    async def set_redrive_allow(
+        self,
+        queue: str,
+        permission: str,
+        sources: Sequence[str] | None = None,
+        *,
+        conn: AsyncConnection | None = None,
+    ) -> RedriveAllow:
+        """Which queues may name ``queue`` as their dead-letter queue: ``allow_all`` (the
+        default), ``deny_all``, or ``by_queue`` with up to 10 ``sources``; checked when a queue
+        is created with it or altered to it (queues already linked stay linked)."""
+        return await self._run(_ops.set_redrive_allow(queue, permission, sources), conn)
+
+    async def redrive_allow(
+        self, queue: str, *, conn: AsyncConnection | None = None
+    ) -> RedriveAllow:
+        """The queue's redrive allow policy (``set_redrive_allow``)."""
+        return await self._run(_ops.redrive_allow(queue), conn)
 
     async def list_redrives(
         self, dlq: str | None = None, *, conn: AsyncConnection | None = None

@@ -25,6 +25,7 @@ from queue_pg.types import (
     MessageDetails,
     QueueConfig,
     QueueStats,
+    RedriveAllow,
     RedriveTask,
     Seconds,
 )
@@ -305,6 +306,25 @@ class Client(ClientBase):
         The task lives in the database: :meth:`redrive_step` and every sweep advance it, so it
         goes on after a restart. One running task per queue (``RedriveInProgress``)."""
         return self._run(_ops.start_redrive(dlq, to, rate), conn)
+
+    def set_redrive_allow(
+        self,
+        queue: str,
+        permission: str,
+        sources: Sequence[str] | None = None,
+        *,
+        conn: Connection | None = None,
+    ) -> RedriveAllow:
+        """Which queues may name ``queue`` as their dead-letter queue: ``allow_all`` (the
+        default), ``deny_all``, or ``by_queue`` with up to 10 ``sources``; checked when a queue
+        is created with it or altered to it (queues already linked stay linked)."""
+        return self._run(_ops.set_redrive_allow(queue, permission, sources), conn)
+
+    def redrive_allow(
+        self, queue: str, *, conn: Connection | None = None
+    ) -> RedriveAllow:
+        """The queue's redrive allow policy (``set_redrive_allow``)."""
+        return self._run(_ops.redrive_allow(queue), conn)
 
     def list_redrives(
         self, dlq: str | None = None, *, conn: Connection | None = None

@@ -22,6 +22,7 @@ __all__ = [
     "QueueConfig",
     "QueueSettings",
     "QueueStats",
+    "RedriveAllow",
     "RedriveTask",
     "Seconds",
     "UndecodableBody",
@@ -194,6 +195,16 @@ class MessageDetails:
     group: str | None
     dedup_id: str | None
     sequence: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveAllow:
+    """Which queues may name this one as their dead-letter queue (SQS's RedriveAllowPolicy):
+    ``permission`` is ``allow_all`` (the default), ``deny_all`` or ``by_queue``, with ``sources``
+    the queues allowed (``by_queue`` only)."""
+
+    permission: str
+    sources: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,3 +112,14 @@ def test_redrive_step_bounds(w: World) -> None:
     for bad in (0, 1000001):
         with pytest.raises(InvalidParameter, match=f"max_rows = {bad} is out of range"):
             w.run(w.producer, "SELECT queue_pg.redrive_step(%s)", bad)
+
+
+def test_only_a_manager_sets_who_may_dead_letter_into_a_queue(w: World) -> None:
+    for role in (w.producer, w.consumer):
+        for queue in (MINE, THEIRS):
+            with pytest.raises(AccessDenied):
+                w.run(role, f"SELECT queue_pg.set_redrive_allow('{queue}', 'deny_all')")
+    # reading it is as open as a queue's settings; it names queues, nothing more
+    [(policy,)] = w.run(w.consumer, "SELECT queue_pg.redrive_allow('theirs')")
+    assert policy == {"permission": "allow_all"}
+    assert w.count("SELECT count(*) FROM queue_pg.queues WHERE options ? 'redrive_allow'") == 0

@@ -317,6 +317,43 @@ def test_dead_letter_after_max_receive_count(sqs: Sqs) -> None:
     assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == []
 
 
+def test_redrive_allow_policy_decides_who_may_dead_letter_into_a_queue(sqs: Sqs) -> None:
+    dlq = sqs.create_queue(QueueName="allow-dlq")["QueueUrl"]
+    arn_of = lambda url: sqs.get_queue_attributes(  # noqa: E731
+        QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    dlq_arn = arn_of(dlq)
+    assert "RedriveAllowPolicy" not in sqs.get_queue_attributes(
+        QueueUrl=dlq, AttributeNames=["All"])["Attributes"]  # allowAll: not shown, as in SQS
+    allowed = json.dumps({"redrivePermission": "byQueue",
+                          "sourceQueueArns": [dlq_arn.replace("allow-dlq", "allow-a")]})
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": allowed})
+    got = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["RedriveAllowPolicy"])
+    assert json.loads(got["Attributes"]["RedriveAllowPolicy"]) == json.loads(allowed)
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3})
+    sqs.create_queue(QueueName="allow-a", Attributes={"RedrivePolicy": policy})
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(QueueName="allow-b", Attributes={"RedrivePolicy": policy})
+    assert code(refused) == "InvalidParameterValue" and status(refused) == 400
+    b = sqs.create_queue(QueueName="allow-b")["QueueUrl"]
+    with pytest.raises(ClientError) as refused:
+        sqs.set_queue_attributes(QueueUrl=b, Attributes={"RedrivePolicy": policy})
+    assert code(refused) == "InvalidParameterValue"
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={
+        "RedriveAllowPolicy": json.dumps({"redrivePermission": "denyAll"})})
+    with pytest.raises(ClientError):
+        sqs.set_queue_attributes(QueueUrl=b, Attributes={"RedrivePolicy": policy})
+    sqs.set_queue_attributes(QueueUrl=dlq, Attributes={
+        "RedriveAllowPolicy": json.dumps({"redrivePermission": "allowAll"})})
+    sqs.set_queue_attributes(QueueUrl=b, Attributes={"RedrivePolicy": policy})
+    sources = sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]
+    assert [u.rsplit("/", 1)[1] for u in sources] == ["allow-a", "allow-b"]
+    for bad in ("{}", '{"redrivePermission": "byQueue"}', "[1]",
+                '{"redrivePermission": "byQueue", "sourceQueueArns": ["nope"]}'):
+        with pytest.raises(ClientError) as refused:
+            sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": bad})
+        assert code(refused) == "InvalidParameterValue", bad
+
+
 def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
     url = sqs.create_queue(QueueName="seq.fifo", Attributes={
         "FifoQueue": "true", "ContentBasedDeduplication": "false"})["QueueUrl"]

@@ -17,7 +17,7 @@ from queue_pg import errors
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
 from queue_pg.sqs import attributes, moves, names, tags
-from queue_pg.types import Message, MessageDetails, QueueConfig
+from queue_pg.types import Message, MessageDetails, QueueConfig, RedriveAllow
 
 MAX_BATCH = 10
 
@@ -72,7 +72,25 @@ _SETTINGS = {  # SQS attribute -> queue_pg setting, both in seconds or bytes
     "MaximumMessageSize": "max_message_size",
 }
 _IGNORED = {"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "Policy",
-            "DeduplicationScope", "FifoThroughputLimit", "RedriveAllowPolicy"}
+            "DeduplicationScope", "FifoThroughputLimit"}
+_PERMISSIONS = {"allowAll": "allow_all", "denyAll": "deny_all", "byQueue": "by_queue"}
+
+
+def _redrive_allow(value: str) -> tuple[str, list[str] | None]:
+    """SQS's RedriveAllowPolicy as queue_pg's (permission, sources); SQL checks the rest."""
+    if value == "":
+        return "allow_all", None
+    try:
+        policy = json.loads(value)
+        permission = _PERMISSIONS[policy["redrivePermission"]]
+        arns = policy.get("sourceQueueArns")
+        sources = None if arns is None else [names.from_arn(a) for a in arns]
+    except (ValueError, KeyError, TypeError, AttributeError, errors.QueueNotFound):
+        raise InvalidParameter(
+            "Value for parameter RedriveAllowPolicy is invalid: a JSON object with"
+            " redrivePermission (allowAll, denyAll or byQueue) and, for byQueue,"
+            " sourceQueueArns") from None
+    return permission, sources
 
 
 def _settings(attrs: dict[str, str], creating: bool) -> dict[str, Any]:
@@ -95,6 +113,8 @@ def _settings(attrs: dict[str, str], creating: bool) -> dict[str, Any]:
                 raise InvalidParameter(
                     "Value for parameter RedrivePolicy is invalid: a JSON object with"
                     " deadLetterTargetArn and maxReceiveCount") from None
+        elif key == "RedriveAllowPolicy":
+            out["redrive_allow"] = _redrive_allow(value)
         elif key == "FifoQueue":
             if not creating:
                 raise InvalidParameter("Attribute FifoQueue can only be set at creation.")
@@ -106,7 +126,8 @@ def _settings(attrs: dict[str, str], creating: bool) -> dict[str, Any]:
     return out
 
 
-def _attributes(config: QueueConfig, stats: Any, wanted: list[str]) -> dict[str, str]:
+def _attributes(config: QueueConfig, stats: Any, wanted: list[str],
+                allow: RedriveAllow | None) -> dict[str, str]:
     sqs_name = names.to_sqs(config)
     ttl = config.message_ttl
     out = {
@@ -129,6 +150,13 @@ def _attributes(config: QueueConfig, stats: Any, wanted: list[str]) -> dict[str,
             "deadLetterTargetArn": names.arn(dlq),
             "maxReceiveCount": config.max_receive_count,
         })
+    if allow is not None and allow.permission != "allow_all":  # SQS shows it once set
+        policy: dict[str, Any] = {"redrivePermission": next(
+            k for k, v in _PERMISSIONS.items() if v == allow.permission)}
+        if allow.sources is not None:
+            policy["sourceQueueArns"] = [names.arn(names.sqs_name(q, config.fifo))
+                                         for q in allow.sources]
+        out["RedriveAllowPolicy"] = json.dumps(policy)
     if config.fifo:
         out["FifoQueue"] = "true"
         out["ContentBasedDeduplication"] = "true" if config.content_dedup else "false"
@@ -146,10 +174,13 @@ async def create_queue(r: Request) -> dict[str, Any]:
         raise InvalidParameter("The name of a FIFO queue can only include alphanumeric"
                                " characters, hyphens, or underscores, must end with .fifo"
                                " suffix, and FifoQueue=true is required for it.")
+    allow = settings.pop("redrive_allow", None)
     try:
         await r.client.create_queue(names.to_queue_pg(sqs_name), **settings)
     except errors.QueueAlreadyExists as err:
         raise QueueNameExists(str(err)) from None
+    if allow is not None:
+        await r.client.set_redrive_allow(names.to_queue_pg(sqs_name), *allow)
     if r.params.get("tags"):
         await tags.tag(r.client, names.to_queue_pg(sqs_name), _tag_map(r.params["tags"]))
     return {"QueueUrl": names.url(r.base_url, sqs_name)}
@@ -213,12 +244,18 @@ async def get_queue_attributes(r: Request) -> dict[str, Any]:
     wanted = list(r.params.get("AttributeNames") or ["All"])
     config = await r.client.get_queue(queue)
     stats = await r.client.stats(queue)
-    return {"Attributes": _attributes(config, stats, wanted)}
+    allow = None
+    if "All" in wanted or "RedriveAllowPolicy" in wanted:
+        allow = await r.client.redrive_allow(queue)
+    return {"Attributes": _attributes(config, stats, wanted, allow)}
 
 
 async def set_queue_attributes(r: Request) -> dict[str, Any]:
     queue = r.queue()
     settings = _settings(dict(r.params.get("Attributes") or {}), creating=False)
+    allow = settings.pop("redrive_allow", None)
+    if allow is not None:
+        await r.client.set_redrive_allow(queue, *allow)
     clear = [k for k, v in settings.items() if v is None and k == "dead_letter_queue"]
     if clear:
         del settings["dead_letter_queue"]

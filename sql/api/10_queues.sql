@@ -174,6 +174,9 @@ BEGIN
     q.content_dedup := create_queue.content_dedup;
     q.dedup_window := create_queue.dedup_window;
     PERFORM queue_pg._validate(q);
+    IF q.dead_letter_queue IS NOT NULL THEN  -- the dead-letter queue's own say (57_redrive.sql)
+        PERFORM queue_pg._check_redrive_allow(q.name, q.dead_letter_queue);
+    END IF;
 
     INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
         receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
@@ -285,6 +288,7 @@ BEGIN
     PERFORM queue_pg._validate(q);
     IF alter_queue.dead_letter_queue IS NOT NULL THEN  -- linking queues: manage both
         PERFORM queue_pg._queue(alter_queue.dead_letter_queue, 'manage');
+        PERFORM queue_pg._check_redrive_allow(q.name, alter_queue.dead_letter_queue);
     END IF;
     UPDATE queue_pg.queues t SET
         visibility_timeout = q.visibility_timeout, message_ttl = q.message_ttl, delay = q.delay,

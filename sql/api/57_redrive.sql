@@ -173,3 +173,71 @@ BEGIN
     END IF;
     RETURN NEXT queue_pg._redrive_task(t);
 END $$;
+
+-- Which queues may name a queue as their dead_letter_queue (SQS's RedriveAllowPolicy): every
+-- queue (allow_all, the default), none (deny_all), or up to 10 named ones (by_queue). Kept in
+-- the queue's options; checked when a queue is created with, or altered to, a dead-letter queue
+-- (queues linked before a change stay linked, as in SQS).
+CREATE OR REPLACE FUNCTION queue_pg.set_redrive_allow(queue text, permission text,
+                                                      sources text[] DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    policy jsonb;
+    bad text;
+BEGIN
+    IF permission IS NULL OR permission NOT IN ('allow_all', 'deny_all', 'by_queue') THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('permission = %s is invalid: allowed allow_all, deny_all, by_queue',
+                             coalesce(quote_literal(left(permission, 100)), 'NULL'));
+    END IF;
+    IF (permission = 'by_queue') <> (sources IS NOT NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('sources = %s is invalid with permission = %s: by_queue takes 1 to 10 queue names, the others none',
+                             coalesce(left(sources::text, 200), 'NULL'), permission);
+    END IF;
+    IF permission = 'by_queue' THEN
+        PERFORM queue_pg._check('len(sources)', coalesce(cardinality(sources), 0), 1, 10, 'queues');
+        SELECT s INTO bad FROM unnest(sources) s WHERE s IS NULL OR s !~ '^[A-Za-z0-9_-]{1,80}$' LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('sources = %s is invalid: %s is not a queue name (1 to 80 characters of [A-Za-z0-9_-])',
+                                 left(sources::text, 200), coalesce(quote_literal(left(bad, 100)), 'NULL'));
+        END IF;
+        policy := jsonb_build_object('permission', permission,
+                                     'sources', to_jsonb(ARRAY(SELECT DISTINCT s FROM unnest(sources) s ORDER BY s)));
+    ELSIF permission = 'deny_all' THEN
+        policy := jsonb_build_object('permission', permission);
+    END IF;
+    UPDATE queue_pg.queues x
+    SET options = CASE WHEN policy IS NULL THEN x.options - 'redrive_allow'
+                       ELSE x.options || jsonb_build_object('redrive_allow', policy) END
+    WHERE x.id = q.id;
+    RETURN coalesce(policy, jsonb_build_object('permission', 'allow_all'));
+END $$;
+
+-- A queue's redrive allow policy, {"permission": ..., "sources": [...]}; anyone may read it, as
+-- anyone may read a queue's settings (get_queue).
+CREATE OR REPLACE FUNCTION queue_pg.redrive_allow(queue text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((queue_pg._queue(queue)).options -> 'redrive_allow',
+                    jsonb_build_object('permission', 'allow_all'))
+$$;
+
+-- QP003 when the dead-letter queue's policy does not let `source` dead-letter into it.
+CREATE OR REPLACE FUNCTION queue_pg._check_redrive_allow(source text, dlq text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    policy jsonb := (SELECT x.options -> 'redrive_allow' FROM queue_pg.queues x WHERE x.name = dlq);
+BEGIN
+    IF policy IS NULL OR (policy ->> 'permission' = 'by_queue' AND policy -> 'sources' ? source) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'QP003',
+        MESSAGE = format('dead_letter_queue = %s is not allowed for queue %s: its redrive allow policy is %s',
+                         quote_literal(dlq), quote_literal(source),
+                         CASE WHEN policy ->> 'permission' = 'deny_all' THEN 'deny_all'
+                              ELSE format('by_queue %s', policy -> 'sources') END),
+        HINT = format('a manager of %s runs queue_pg.set_redrive_allow', quote_literal(dlq));
+END $$;

@@ -179,6 +179,7 @@ BEGIN
                                       'limit_task',
                                       -- redrive tasks (57_redrive.sql)
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
+                                      'set_redrive_allow', 'redrive_allow',
                                       -- the dashboard (59_dashboard.sql)
                                       'queue_history',
                                       -- SQS queue tags (59_sqs.sql)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ from queue_pg import (
     Client,
     InvalidParameter,
     QueueNotFound,
+    RedriveAllow,
     RedriveInProgress,
     RedriveTask,
     RedriveTaskNotFound,
@@ -251,3 +253,38 @@ def test_a_task_goes_on_from_another_client(client: Client, clean: str) -> None:
             "SELECT moved, status FROM queue_pg.list_redrives('dlq') WHERE id = %s", [task]
         ).fetchall()
     assert (moved, status) == (20, "completed")
+
+
+def test_redrive_allow_decides_which_queues_may_dead_letter_into_a_queue(client: Client) -> None:
+    client.create_queue("dlq")
+    assert client.redrive_allow("dlq") == RedriveAllow("allow_all")
+    assert client.set_redrive_allow("dlq", "by_queue", ["b", "a", "a"]) == RedriveAllow(
+        "by_queue", ("a", "b"))
+    assert client.redrive_allow("dlq") == RedriveAllow("by_queue", ("a", "b"))
+    client.create_queue("a", dead_letter_queue="dlq", max_receive_count=3)
+    with pytest.raises(InvalidParameter, match="dead_letter_queue = 'dlq' is not allowed for queue 'c'"):
+        client.create_queue("c", dead_letter_queue="dlq", max_receive_count=3)
+    client.create_queue("c")
+    with pytest.raises(InvalidParameter, match="by_queue"):
+        client.alter_queue("c", dead_letter_queue="dlq", max_receive_count=3)
+    assert client.get_queue("c").dead_letter_queue is None  # bad input changes nothing
+    client.set_redrive_allow("dlq", "deny_all")
+    with pytest.raises(InvalidParameter, match="deny_all"):
+        client.create_queue("b", dead_letter_queue="dlq", max_receive_count=3)
+    # queues linked before the change stay linked, and their other settings still change
+    assert client.alter_queue("a", visibility_timeout=5).dead_letter_queue == "dlq"
+    assert client.set_redrive_allow("dlq", "allow_all") == RedriveAllow("allow_all")
+    client.alter_queue("c", dead_letter_queue="dlq", max_receive_count=3)
+    for permission, sources, says in (
+        ("some", None, "permission = 'some' is invalid"),
+        ("by_queue", None, "by_queue takes 1 to 10 queue names"),
+        ("deny_all", ["a"], "by_queue takes 1 to 10 queue names"),
+        ("by_queue", [], "len(sources) = 0"),
+        ("by_queue", [f"q{i}" for i in range(11)], "len(sources) = 11"),
+        ("by_queue", ["a b"], "'a b' is not a queue name"),
+    ):
+        with pytest.raises(InvalidParameter, match=re.escape(says)):
+            client.set_redrive_allow("dlq", permission, sources)
+    assert client.redrive_allow("dlq") == RedriveAllow("allow_all")
+    with pytest.raises(QueueNotFound):
+        client.set_redrive_allow("nope", "deny_all")
