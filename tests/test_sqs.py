@@ -875,6 +875,40 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"
 
 
+def test_an_old_sdk_on_the_query_protocol(clean: str, endpoint: str) -> None:
+    """boto 2, which speaks only the query protocol (form posts, XML answers) and signs with its
+    own SigV4 code: the SDK an old application would still run."""
+    connection = pytest.importorskip("boto.sqs.connection", reason="boto 2 (Python < 3.12)")
+    regioninfo = pytest.importorskip("boto.sqs.regioninfo")
+    with psycopg.connect(clean) as c:
+        role = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    access, secret = _key(clean, role)
+    port = int(endpoint.rsplit(":", 1)[1])
+    old = connection.SQSConnection(
+        aws_access_key_id=access, aws_secret_access_key=secret, port=port, is_secure=False,
+        region=regioninfo.SQSRegionInfo(name="us-east-1", endpoint="127.0.0.1"))
+    q = old.create_queue("boto2", visibility_timeout=7)
+    assert q.get_attributes()["VisibilityTimeout"] == "7"
+    assert [x.name for x in old.get_all_queues(prefix="boto2")] == ["boto2"]
+    q.write(q.new_message("hello"))
+    [m] = q.get_messages(1, visibility_timeout=5, attributes="All", wait_time_seconds=1)
+    assert (m.get_body(), m.attributes["ApproximateReceiveCount"]) == ("hello", "1")
+    assert q.get_messages(1, wait_time_seconds=0) == []  # leased
+    assert q.delete_message(m)
+    assert q.count() == 0
+    q.write_batch([("1", "one", 0), ("2", "two", 0)])
+    got = q.get_messages(10, attributes="All", wait_time_seconds=1)
+    assert sorted(x.get_body() for x in got) == ["one", "two"]
+    result = q.delete_message_batch(got)
+    assert len(result.results) == 2 and not result.errors
+    bad = connection.SQSConnection(
+        aws_access_key_id=access, aws_secret_access_key="wrong", port=port, is_secure=False,
+        region=regioninfo.SQSRegionInfo(name="us-east-1", endpoint="127.0.0.1"))
+    with pytest.raises(Exception, match="SignatureDoesNotMatch"):
+        bad.get_all_queues()
+    assert old.delete_queue(q)
+
+
 def test_wait_time_out_of_range_is_refused_by_sql(sqs: Sqs) -> None:
     url = sqs.create_queue(QueueName="waits")["QueueUrl"]
     for wait in (21, -1):
