@@ -17,7 +17,6 @@ DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);
 DROP FUNCTION IF EXISTS queue_pg._count(text, integer, bigint);
-DROP FUNCTION IF EXISTS queue_pg._tally(text, bigint);  -- issue 16: _count_flow
 -- revisions 0008 (FIFO and fair queues: settings fifo, fair; send's and send_batch's "group") and
 -- 0009 (deduplication: send's dedup_id, send_batch's dedup_ids, settings content_dedup,
 -- dedup_window): the signatures before both, and those with only one of them
