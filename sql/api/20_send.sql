@@ -297,7 +297,7 @@ BEGIN
         cnt := cardinality(array_positions(fresh, true));
     END IF;
     IF dests IS NULL THEN
-        PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('sent', cnt) k;
+        PERFORM queue_pg._count_flow('sent', q.id, cnt);
     ELSE
         PERFORM queue_pg._routed_sends(q.id, dests, cnt, d = 0, debounce);
     END IF;

@@ -200,7 +200,7 @@ BEGIN
     RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
               t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at;
     GET DIAGNOSTICS got = ROW_COUNT;
-    PERFORM nextval(queue_pg._sequence(k.seq_kind, q.id)) FROM queue_pg._tally('received', got) k;
+    got := queue_pg._count_flow('received', q.id, got);  -- an assignment: no statement to run
     IF q.in_flight_limit IS NOT NULL AND got > 0 AND vt > 0 THEN
         UPDATE queue_pg.in_flight f SET n = f.n + got WHERE f.queue_id = q.id;
     END IF;
@@ -225,9 +225,11 @@ DECLARE
     bad text;
     got boolean;
 BEGIN
-    PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages');
-    PERFORM queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap());
-    PERFORM queue_pg._check('wait', w, 0, 20);
+    -- one statement for the three checks (in this order): each statement costs its executor
+    -- start, and a receive's fixed cost is what bounds a worker (issue 16)
+    PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
+            queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
+            queue_pg._check('wait', w, 0, 20);
     IF visibility_timeout IS NOT NULL THEN  -- an explicit lease overrides a per-type one
         q.lease_policy := 'fixed';
     END IF;

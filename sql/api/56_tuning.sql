@@ -342,7 +342,7 @@ DECLARE
 BEGIN
     FOR t IN SELECT coalesce(dests[i], queue_id) AS qid, count(*) AS n
              FROM generate_series(1, cnt) i GROUP BY 1 LOOP
-        PERFORM nextval(queue_pg._sequence(k.seq_kind, t.qid)) FROM queue_pg._tally('sent', t.n) k;
+        PERFORM queue_pg._count_flow('sent', t.qid, t.n);
         IF visible AND t.qid <> queue_id THEN
             PERFORM queue_pg._wake(t.qid, debounce);
         END IF;
