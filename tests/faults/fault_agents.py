@@ -62,6 +62,9 @@ def _die_in_call(log: EventLog, point: str, **data: Any) -> None:
     _suicide_after(random.uniform(0.0, 0.004))
 
 
+MAX_BATCH = 6  # the most messages one receive of killable_consumer takes
+
+
 def killable_consumer(dsn: str, queue: str, lease: float, seed: int, folder: str,
                       kill_rate: float) -> None:
     """Receives and deletes until killed; now and then kills itself at a chosen point:
@@ -71,7 +74,7 @@ def killable_consumer(dsn: str, queue: str, lease: float, seed: int, folder: str
     log("start", seed=seed)
     with Client(dsn, max_size=2, sweep_interval=None) as client:
         while True:
-            got = client.receive(queue, rng.randint(1, 6), visibility_timeout=lease)
+            got = client.receive(queue, rng.randint(1, MAX_BATCH), visibility_timeout=lease)
             for m in got:
                 log("received", id=m.id, receipt=m.receipt, n=m.receive_count,
                     until=m.visible_until.isoformat())
