@@ -301,7 +301,7 @@ class WorkerBase(Generic[C, H]):
         job_log_level: int | str | None = None,
     ) -> None:
         self.client = client
-        # task B (issue 16): each job's start and finish logged at this level (queue_pg.joblog);
+        # each job's start and finish logged at this level (queue_pg.joblog);
         # the queues of max_running tasks are polled with their tasks' queues
         self.job_log_level = joblog.level_of(job_log_level)
         if isinstance(handler, Registry):

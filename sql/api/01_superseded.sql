@@ -42,3 +42,5 @@ DROP FUNCTION IF EXISTS queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], t
     double precision, bigint[]);
 -- the bulk path sends through _send_rows (send_batch's rules), which names a bad row itself
 DROP FUNCTION IF EXISTS queue_pg._refuse_staged(queue_pg.queues, jsonb, jsonb, tid);
+-- flow counts are _count_flow's (plpgsql assignments, no statement)
+DROP FUNCTION IF EXISTS queue_pg._tally(text, bigint);

@@ -81,7 +81,7 @@ BEGIN
 END $$;
 
 -- Received-not-deleted messages whose lease has not lapsed, counted no further than the limit.
--- A planned retry waiting out its backoff (change_visibility release => true, issue 16) is not in
+-- A planned retry waiting out its backoff (change_visibility release => true) is not in
 -- flight: like a delayed message, it holds no slot of in_flight_limit (nor of a task's
 -- max_running) until a receive takes it again.
 CREATE OR REPLACE FUNCTION queue_pg._in_flight_exact(q queue_pg.queues, at timestamptz) RETURNS bigint
@@ -96,7 +96,7 @@ $$;
 
 -- Per-queue sequences of the fast paths (sequences: they change on every receive or send and
 -- leave no row versions behind). notified_<id>: when the last NOTIFY went out (see _wake).
--- sent, received, deleted: flow counters, each as units, tens and hundreds (see _tally, _count_flow).
+-- sent, received, deleted: flow counters, each as units, tens and hundreds (see _count_flow).
 -- The claim floor of a queue: where a receive's index scan starts. Every receive leaves the old
 -- version of each message it leases at the head of the claim index, and every delete leaves a
 -- dead one; while any snapshot older than them is open (a long transaction anywhere in the
@@ -122,7 +122,7 @@ BEGIN
         IF NOT "create" THEN
             EXECUTE format('DROP SEQUENCE IF EXISTS queue_pg.%s_%s', kind, queue_id);
         ELSIF to_regclass(format('queue_pg.%s_%s', kind, queue_id)) IS NULL THEN
-            -- a kind ending in _x<n> counts n at a time (see _tally, _count_flow)
+            -- a kind ending in _x<n> counts n at a time (see _count_flow)
             EXECUTE format('CREATE SEQUENCE queue_pg.%s_%s INCREMENT %s MINVALUE 0 START %s', kind, queue_id,
                            coalesce(substring(kind FROM '_x(\d+)$'), '1'), coalesce(substring(kind FROM '_x(\d+)$'), '1'));
         END IF;

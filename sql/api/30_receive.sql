@@ -169,7 +169,7 @@ BEGIN
     IF cardinality(ids) = 0 THEN
         RETURN;
     END IF;
-    -- task B (issue 16): a queue's start rate (sql/api/53_task_limits.sql); queues without one
+    -- A queue's start rate (sql/api/53_task_limits.sql); queues without one
     -- skip this (their options have no rate_limit). Claimed rows past the rate stay untouched.
     IF q.options ? 'rate_limit' THEN
         ids := ids[1:queue_pg._rate_take(q.id, cardinality(ids), n)];
@@ -226,7 +226,7 @@ DECLARE
     got boolean;
 BEGIN
     -- one statement for the three checks (in this order): each statement costs its executor
-    -- start, and a receive's fixed cost is what bounds a worker (issue 16)
+    -- start, and a receive's fixed cost is what bounds a worker
     PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
             queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
             queue_pg._check('wait', w, 0, 20);

@@ -67,7 +67,7 @@ BEGIN
         PERFORM nextval(queue_pg._sequence('deleted', q.id));
         IF q.in_flight_limit IS NOT NULL AND m.visible_at > n AND NOT m.released THEN
             UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
-            PERFORM queue_pg._wake(q.id, false);  -- a slot is free: wake a long poll (issue 16)
+            PERFORM queue_pg._wake(q.id, false);  -- a slot is free: wake a long poll
         END IF;
         RETURN true;
     END IF;
@@ -98,7 +98,7 @@ DECLARE
     why text[];
 BEGIN
     -- Few statements on the usual path, each costing its executor start (a receive carries a
-    -- delete batch, and a receive's fixed cost is what bounds a worker, issue 16): the checks
+    -- delete batch, and a receive's fixed cost is what bounds a worker): the checks
     -- and the duplicate test in one, the parse inside the delete; the receipts are parsed by
     -- position only when an entry deleted nothing, to say why.
     SELECT (SELECT count(DISTINCT x) < count(x) OR count(*) FILTER (WHERE x IS NULL) > 1
@@ -141,7 +141,7 @@ BEGIN
     FROM del d;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
         UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
-        -- slots are free: wake the long polls waiting on a full queue (issue 16: a max_running
+        -- slots are free: wake the long polls waiting on a full queue (a max_running
         -- task's next run starts when a run ends, not at the next poll slice)
         PERFORM queue_pg._wake(q.id, false);
     END IF;

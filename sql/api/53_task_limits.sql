@@ -52,7 +52,7 @@ BEGIN
     RETURN per_second;
 END $$;
 
--- task B (issue 16): a task's concurrency limit, set up by the first enqueue of the task (in the
+-- A task's concurrency limit, set up by the first enqueue of the task (in the
 -- sender's transaction, before its message is sent) and by each worker at its start, so the limit
 -- holds from the first message on: messages of type `task` sent to `queue` are routed to `target`,
 -- a queue of their own (made with `queue`'s settings if missing) whose in_flight_limit is

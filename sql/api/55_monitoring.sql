@@ -8,20 +8,10 @@
 -- rolled back stays counted, so the flow figures are approximate, like SQS's Approximate* ones.
 -- A count of n takes a nextval per decimal digit unit (1, 10 and 100 sequences), so a batch of
 -- 100 costs one nextval, not a hundred; the figure is the sum of the three.
--- _tally: the sequences a count of n advances, one row per nextval, for set-based callers (bulk
--- sends). The same rule as _count_flow below; keep the two together.
-CREATE OR REPLACE FUNCTION queue_pg._tally(kind text, n bigint)
-RETURNS TABLE (seq_kind text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT kind || u.suffix
-    FROM (VALUES ('', 1), ('_x10', 10), ('_x100', 100)) u(suffix, unit)
-    CROSS JOIN LATERAL generate_series(1, CASE u.unit WHEN 100 THEN n / 100 ELSE n / u.unit % 10 END) g
-$$;
 
 -- Counts n events of a kind for queue_id: plpgsql simple expressions only (assignments, no
--- statement), which skip the executor. Every send and receive counts; as a `PERFORM nextval(...)
--- FROM queue_pg._tally(...)` statement the count cost 5-10 µs to set up and run, here 1-3 µs
--- (issue 16).
+-- statement), which skip the executor. Every send and receive counts; as a statement
+-- (`PERFORM nextval(...) FROM ...`) the count cost 5-10 µs to set up and run, here 1-3 µs.
 CREATE OR REPLACE FUNCTION queue_pg._count_flow(kind text, queue_id integer, n bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -49,7 +39,7 @@ BEGIN
     RETURN n;
 END $$;
 
--- The value of a flow counter (see _tally, _count_flow): NULL-safe for a queue whose sequences are gone.
+-- The value of a flow counter (see _count_flow): NULL-safe for a queue whose sequences are gone.
 CREATE OR REPLACE FUNCTION queue_pg._flow(kind text, queue_id integer) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT sum(coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.%s%s_%s', kind, u.suffix, queue_id))), 0))::bigint

@@ -175,7 +175,7 @@ BEGIN
                                       -- periodic tasks (52_periodic.sql)
                                       'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
                                       'set_rate_limit',
-                                      -- a task's max_running (53_task_limits.sql, issue 16)
+                                      -- a task's max_running (53_task_limits.sql)
                                       'limit_task',
                                       -- redrive tasks (57_redrive.sql)
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
