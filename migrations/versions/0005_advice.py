@@ -23,7 +23,8 @@ def upgrade() -> None:
 
 # What this revision's api added: dropped on downgrade so an older api finds nothing in its way.
 _API_FUNCTIONS = (
-    "_tally", "_count_flow", "_flow", "_sees", "_exact_up_to", "_sample", "_queue_stats", "_in_flight_messages",
+    "_tally", "_count_flow", "_flow", "_sees", "_exact_up_to", "_sample", "_queue_stats",
+    "_in_flight_messages",
     "_dead_letters", "_check_window", "_history_figures", "processing_times", "_advise", "_advice",
     "timeout_advice", "alter_tuning", "_refresh_type_leases", "_tune_step", "_tune", "tune",
     "_maintain", "_tuning_log", "_route", "_routed_sends", "add_route", "drop_route", "list_routes",
