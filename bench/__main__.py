@@ -28,6 +28,7 @@ from bench import (
     sqs_details,
     tuning,
     worker,
+    worker_cpu,
 )
 from bench.report import DEFAULT_OUT, command_line
 
@@ -37,6 +38,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     cycle.SCENARIO,
     latency.SCENARIO,
     worker.SCENARIO,
+    worker_cpu.SCENARIO,
     leased_head.SCENARIO,
     client_cpu.SCENARIO,
     soak.SCENARIO,

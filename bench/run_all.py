@@ -22,7 +22,7 @@ from bench.throughput import lookup
 __all__ = ["SCENARIO", "summary_markdown"]
 
 #: Scenario names in the order ``all`` runs them (soak added when present).
-ORDER = ("send", "cycle", "latency", "worker", "leased-head", "client-cpu")
+ORDER = ("send", "cycle", "latency", "worker", "worker-cpu", "leased-head", "client-cpu")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -49,6 +49,34 @@ ARGS_KEY = "args"
 KWARGS_KEY = "kwargs"
 
 
+def _quick_fit(
+    signature: inspect.Signature, skip: int
+) -> Callable[[Sequence[Any], Mapping[str, Any]], bool] | None:
+    """For a signature of plain parameters (no ``*args``, ``**kwargs`` or positional-only), a
+    test that says True exactly when ``signature.bind`` of (``skip`` leading arguments and)
+    ``args`` and ``kwargs`` would succeed; None for other signatures."""
+    every = list(signature.parameters.values())
+    params = every[skip:]
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if len(every) < skip or any(p.kind not in plain for p in every) or any(
+        p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in every[:skip]
+    ):
+        return None
+    positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    names = frozenset(p.name for p in params)
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+
+    def fits(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        if len(args) > len(positional):
+            return False
+        by_position = positional[: len(args)]
+        if any(k not in names or k in by_position for k in kwargs):
+            return False
+        return all(r in kwargs or r in by_position for r in required)
+
+    return fits
+
+
 class Task:
     """A function registered under ``name`` (default ``module.qualname``: name it yourself if
     producers and workers may import it under different module names), run by workers of
@@ -103,6 +131,7 @@ class Task:
         self.bind = bind
         self.registry = registry if registry is not None else _default_registry()
         self.signature = inspect.signature(func)
+        self._fits = _quick_fit(self.signature, skip=1 if bind else 0)
         self.queue_settings: dict[str, Any] | None = declared_settings(create, settings)
         if max_running is not None and max_running < 1:
             raise ValueError(f"max_running = {max_running}: need >= 1")
@@ -129,7 +158,13 @@ class Task:
     # --- enqueueing -------------------------------------------------------------------------------
 
     def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """TypeError unless the arguments fit the function (the job comes first with bind)."""
+        """TypeError unless the arguments fit the function (the job comes first with bind).
+
+        Every job a worker starts is checked: a plain signature is checked by name sets (a few
+        hundred nanoseconds), and ``Signature.bind`` (several microseconds) runs only for the
+        others and to word the error."""
+        if self._fits is not None and self._fits(args, kwargs):
+            return
         if self.bind:
             self.signature.bind(None, *args, **kwargs)
         else:
@@ -240,15 +275,22 @@ class Task:
 
     def run_sync(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
+        if not self.registry.has_job_contexts():  # nothing to enter: no context manager per job
+            return self._call(*head, *args, **kwargs)
         with self.registry.job_context():
-            result = self.func(*head, *args, **kwargs)
-            if inspect.isawaitable(result):  # an async task on the threaded worker
-                return asyncio.run(_await(result))
-            return result
+            return self._call(*head, *args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.func(*args, **kwargs)
+        if inspect.isawaitable(result):  # an async task on the threaded worker
+            return asyncio.run(_await(result))
+        return result
 
     async def run_async(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         head = (job,) if self.bind else ()
         if inspect.iscoroutinefunction(self.func):
+            if not self.registry.has_job_contexts():
+                return await self.func(*head, *args, **kwargs)
             async with self.registry.async_job_context():
                 return await self.func(*head, *args, **kwargs)
         return await asyncio.to_thread(self._in_context, *head, *args, **kwargs)
@@ -338,6 +380,9 @@ class Registry:
                 else:
                     stack.enter_context(factory())
             yield
+
+    def has_job_contexts(self) -> bool:
+        return bool(self._job_contexts)
 
     @contextmanager
     def job_context(self) -> Iterator[None]:
