@@ -53,6 +53,7 @@ import queue_pg
 from bench import Scenario, db
 from bench.report import DEFAULT_OUT, machine_info, machine_line, markdown_table, write_results
 from queue_pg.install import migrate
+from queue_pg.pulse import REAP_INTERVAL
 
 __all__ = ["SCENARIO", "Workload", "run", "run_setup"]
 
@@ -62,6 +63,16 @@ SETUPS = ("sqs-default", "best-fixed", "auto-tune", "per-type", "routing")
 DLQ = "jobs-dlq"
 MAX_RECEIVES = 5
 SAMPLE = 1000  #: runs of yesterday a careful human computes the p99 of
+#: The mixes of types (``--mix``): slow share and median, medium share and median (seconds).
+MIXES = {
+    # the whole queue's p99 misses the slow type: 6 x p99 fits the fast one
+    "rare-slow": (0.005, 2.5, 0.0, 0.0),
+    # the p99 lands on the slow type: 6 x p99 fits the slow one
+    "common-slow": (0.03, 2.5, 0.0, 0.0),
+    # the p99 lands on a medium type, and a rarer slow one outlasts 6 x p99
+    "three-types": (0.005, 12.0, 0.02, 2.0),
+}
+DEFAULT_MIX = "rare-slow"  #: results of another mix go to tuning-MIX.md
 HEARTBEAT_LEASE = 1.0  #: seconds (scaled: 10 s) a heartbeating consumer leases and renews
 
 
@@ -80,14 +91,36 @@ class Workload:
     rate: float  #: messages sent per second
     history: int  #: finished messages of yesterday the advice starts from
     seed: int = 1
+    #: consumers register as Workers do (queue_pg.pulse): a crashed one's leases end once a
+    #: reap finds its session gone for the grace period, instead of when they lapse
+    detect_crashes: bool = True
+    medium_share: float = 0.0  #: share of messages of type "medium" (a third type; 0: none)
+    medium_median: float = 0.0
 
     def types(self, seed: int | None = None, n: int | None = None) -> list[str]:
         rng = random.Random(self.seed if seed is None else seed)
         count = self.messages if n is None else n
-        return ["slow" if rng.random() < self.slow_share else "fast" for _ in range(count)]
+        return [self._type(rng.random()) for _ in range(count)]
+
+    def _type(self, r: float) -> str:
+        if r < self.slow_share:
+            return "slow"
+        return "medium" if r < self.slow_share + self.medium_share else "fast"
+
+    def kinds(self) -> list[str]:
+        """The types of the mix, fastest first."""
+        return ["fast"] + (["medium"] if self.medium_share else []) + ["slow"]
+
+    def describe(self) -> str:
+        parts = [f"{self.slow_share:.1%} of type slow (lognormal median {self.slow_median:g} s)"]
+        if self.medium_share:
+            parts.append(f"{self.medium_share:.1%} medium (median {self.medium_median:g} s)")
+        return (", ".join(parts) + f" and the rest fast (median {self.fast_median:g} s),"
+                f" sigma {self.sigma:g}")
 
     def work(self, type: str, rng: random.Random) -> float:
-        median = self.slow_median if type == "slow" else self.fast_median
+        median = {"slow": self.slow_median, "medium": self.medium_median}.get(type,
+                                                                              self.fast_median)
         return rng.lognormvariate(math.log(median), self.sigma)
 
     def works(self, types: Sequence[str] | None = None, seed: int | None = None) -> list[float]:
@@ -243,15 +276,23 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                     break
             time.sleep(max(0.0, end - time.monotonic()))
 
+        def register() -> tuple[Any, int | None]:
+            """A consumer process starting: its registration on a connection of its own."""
+            if not w.detect_crashes:
+                return None, None
+            reg = db.connect(dsn)
+            return reg, client.register_consumer(reg)
+
         def consume(me: int) -> None:
             nonlocal duplicates, crashes
             turn = me
             beat = me < w.heartbeating
             kind = "heartbeat" if beat else "no heartbeat"
+            reg, consumer = register()
             while not done.is_set():
                 queue = queues[turn % len(queues)]
                 turn += 1
-                got = client.receive(queue, max_messages=1, wait=0.05,
+                got = client.receive(queue, max_messages=1, wait=0.05, consumer=consumer,
                                      visibility_timeout=HEARTBEAT_LEASE if beat else None)
                 if not got:
                     continue
@@ -273,7 +314,11 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                     if share is not None:
                         crashes += 1
                         crashed_at[i] = (time.monotonic(), kind)
-                        continue
+                if share is not None:
+                    if reg is not None:  # the process dies with its session; a new one starts
+                        reg.close()
+                        reg, consumer = register()
+                    continue
                 try:
                     if not client.delete(queue, m.receipt or ""):
                         continue  # dead-lettered meanwhile: counted as such
@@ -283,6 +328,13 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                     finished.add(i)
                     if len(finished) == w.messages:
                         done.set()
+            if reg is not None:
+                reg.close()
+
+        def reap() -> None:
+            """Each worker reaps every REAP_INTERVAL: together, w.consumers times as often."""
+            while not done.wait(REAP_INTERVAL / w.consumers):
+                client.reap_consumers()
 
         def maintain() -> None:
             while not done.wait(1.0):
@@ -293,6 +345,8 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
         threads.append(threading.Thread(target=produce))
         if setup == "auto-tune":
             threads.append(threading.Thread(target=maintain))
+        if w.detect_crashes:
+            threads.append(threading.Thread(target=reap))
         for t in threads:
             t.start()
         deadline = began + 300
@@ -397,6 +451,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " differs)")
     parser.add_argument("--only", default=None,
                         help="comma-separated set-ups to run (default all)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default=DEFAULT_MIX,
+                        help="the types of the queue (default rare-slow: 0.5%% slow, which a p99"
+                        " of the whole queue misses; common-slow: 3%% slow; three-types: 2%%"
+                        " medium and 0.5%% slow)")
+    parser.add_argument("--no-detect-crashes", dest="detect_crashes", action="store_false",
+                        help="consumers do not register: a crashed consumer's leases lapse")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 80 messages, shorter slow jobs, two set-ups")
 
@@ -405,13 +465,15 @@ def _workload(args: argparse.Namespace) -> Workload:
     if args.quick:
         return Workload(messages=80, slow_share=0.05, fast_median=0.02, slow_median=0.3,
                         sigma=0.3, crash_share=0.05, consumers=6, heartbeating=3, rate=40,
-                        history=400)
-    return Workload(messages=int(args.messages * args.scale), slow_share=0.005,
-                    fast_median=0.02, slow_median=2.5, sigma=0.4, crash_share=0.05,
+                        history=400, detect_crashes=args.detect_crashes)
+    slow_share, slow_median, medium_share, medium_median = MIXES[args.mix]
+    return Workload(messages=int(args.messages * args.scale), slow_share=slow_share,
+                    medium_share=medium_share, medium_median=medium_median,
+                    fast_median=0.02, slow_median=slow_median, sigma=0.4, crash_share=0.05,
                     consumers=args.consumers,
                     heartbeating=(args.consumers // 2 if args.heartbeating is None
                                   else args.heartbeating),
-                    rate=args.rate, history=args.history)
+                    rate=args.rate, history=args.history, detect_crashes=args.detect_crashes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -428,7 +490,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, flush=True)
 
-    log(f"tuning: {w.messages} messages ({w.slow_share:.1%} slow), {w.consumers} consumers,"
+    log(f"tuning: {w.messages} messages ({w.describe()}), {w.consumers} consumers,"
         f" {w.crash_share:.0%} of deliveries crash; set-ups: {', '.join(setups)}")
     rows = []
     machine: dict[str, Any] = {}
@@ -445,7 +507,8 @@ def run(args: argparse.Namespace) -> int:
             log(f"  {setup} (run {n}): {row}")
     rows.sort(key=lambda r: (SETUPS.index(r["setup"]), r["run"]))
     convergence = []
-    if not args.quick and not args.only:
+    # the tuner's runs do not depend on the mix: with the default one only
+    if not args.quick and not args.only and args.mix == DEFAULT_MIX:
         for n in range(1, runs + 1):
             for label, start in CONVERGE_STARTS.items():
                 name = f"{args.database}_tuning"
@@ -460,7 +523,7 @@ def run(args: argparse.Namespace) -> int:
          for r in rows],
         "lrlrrrrrr",
     )
-    groups = ("fast/heartbeat", "fast/no heartbeat", "slow/heartbeat", "slow/no heartbeat")
+    groups = [f"{t}/{k}" for t in w.kinds() for k in ("heartbeat", "no heartbeat")]
     by_type = markdown_table(
         ["set-up", "run"] + [f"{g}: crashes, mean / p99 s" for g in groups],
         [[r["setup"], r["run"]] + [_group(r["recovery_by"].get(g)) for g in groups]
@@ -470,13 +533,20 @@ def run(args: argparse.Namespace) -> int:
     md = (f"# Visibility timeout set-ups on one mixed queue\n\n"
           f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
           f"{machine_line(machine)}\n\n"
-          f"{w.messages} messages, {w.slow_share:.1%} of type slow (lognormal median "
-          f"{w.slow_median:g} s) and the rest fast (median {w.fast_median:g} s), sigma {w.sigma:g};"
+          f"{w.messages} messages, {w.describe()};"
           f" sent at {w.rate:g} per second; {w.consumers} consumers, {w.heartbeating} of which"
           f" heartbeat (lease {HEARTBEAT_LEASE:g} s, renewed every third of it) and the others"
           f" never do;"
-          f" {w.crash_share:.0%} of deliveries crash part way; max_receive_count {MAX_RECEIVES}"
-          f" with a dead-letter queue; {sum(t == 'slow' for t in w.types())} slow messages in"
+          f" {w.crash_share:.0%} of deliveries crash part way;"
+          + (f" each consumer registers as workers do and a crash ends its session, so its"
+             f" lease ends once a reap (every {REAP_INTERVAL / w.consumers:.2g} s, as"
+             f" {w.consumers} workers reaping every {REAP_INTERVAL:g} s) has found it gone for"
+             f" the grace period (2 s), or lapses first;" if w.detect_crashes else
+             " consumers do not register (`--no-detect-crashes`): a crashed one's lease"
+             " lapses;")
+          + f" max_receive_count {MAX_RECEIVES}"
+          f" with a dead-letter queue; {sum(t != 'fast' for t in w.types())}"
+          f" {'slow and medium' if w.medium_share else 'slow'} messages in"
           f" the run. The advice starts from {w.history} finished messages of yesterday (the same"
           f" distributions, another draw); best-fixed is 6 x p99 of the last {SAMPLE} of them."
           f"\n\n{table}\n\nCrash to redelivery by the crashed message's type and the kind of"
@@ -497,7 +567,8 @@ def run(args: argparse.Namespace) -> int:
                f" {CONVERGE_MEDIAN:g} s, sigma {CONVERGE_SIGMA:g}: p99"
                f" {CONVERGE_MEDIAN * math.exp(2.3263 * CONVERGE_SIGMA):.2f} s; {CONVERGE_SECONDS:g}"
                f" s each):\n\n{conv}\n")
-    write_results(out, RESULT_NAME, {"workload": asdict(w), "machine": machine, "rows": rows,
+    name = RESULT_NAME if args.mix == DEFAULT_MIX else f"{RESULT_NAME}-{args.mix}"
+    write_results(out, name, {"workload": asdict(w), "machine": machine, "rows": rows,
                                      "convergence": convergence}, md)
     log(md)
     return 0

@@ -17,6 +17,7 @@ from queue_pg.client import Client
 from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
     AccessDenied,
+    ConsumerNotFound,
     GroupRequired,
     InvalidParameter,
     InvalidReceipt,
@@ -64,6 +65,7 @@ __all__ = [
     "AsyncWorker",
     "Backoff",
     "Client",
+    "ConsumerNotFound",
     "DeleteResult",
     "Grant",
     "GroupRequired",

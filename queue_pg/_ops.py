@@ -26,6 +26,7 @@ from queue_pg.decode import (
     as_bool,
     as_datetime,
     as_int,
+    as_int_or_none,
     as_str,
     delete_result,
     grant_info,
@@ -262,23 +263,40 @@ def receive(
     visibility_timeout: Seconds | None = None,
     wait: Seconds | None = None,
     delete: Sequence[str] | None = None,
+    consumer: int | None = None,
 ) -> Call[list[Message]]:
     """One receive attempt that never sleeps in the server (``poll => false``): the clients
     wait on LISTEN between attempts. SQL still checks ``wait`` and, when it is > 0, answers a
     reached in_flight_limit with nothing instead of OverLimit. ``delete``: receipts deleted
-    first in the same transaction (only the first attempt of a long poll carries them)."""
+    first in the same transaction (only the first attempt of a long poll carries them).
+    ``consumer``: the id register_consumer gave, recorded with each lease."""
     return Call(
         "select * from queue_pg._receive(%(queue)s, %(max_messages)s::int,"
-        " %(visibility_timeout)s::float8, %(wait)s::float8, false, %(delete)b::text[])",
+        " %(visibility_timeout)s::float8, %(wait)s::float8, false, %(delete)b::text[],"
+        " %(consumer)s::int)",
         {
             "queue": text(queue, "queue"),
             "max_messages": integer(max_messages, "max_messages"),
             "visibility_timeout": seconds_or_none(visibility_timeout, "visibility_timeout"),
             "wait": seconds_or_none(wait, "wait"),
             "delete": _receipts(delete, "delete") if delete else None,
+            "consumer": None if consumer is None else integer(consumer, "consumer"),
         },
         many(message),
     )
+
+
+def register_consumer(name: str | None = None, adopt: int | None = None) -> Call[int | None]:
+    return Call(
+        "select queue_pg.register_consumer(%(name)s::text, %(adopt)s::int) as result",
+        {"name": None if name is None else text(name, "name"),
+         "adopt": None if adopt is None else integer(adopt, "adopt")},
+        as_int_or_none,
+    )
+
+
+def reap_consumers() -> Call[int]:
+    return Call("select queue_pg.reap_consumers() as result", {}, as_int)
 
 
 def _receipts(receipts: Iterable[str], name: str) -> list[str]:

@@ -123,6 +123,20 @@ async def ajoin(
     return conn if session is None else await async_psycopg_connection(session)
 
 
+@contextmanager
+def detached_connection(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
+    """A raw psycopg connection taken out of ``engine``'s pool for good (autocommit), closed at
+    the end instead of handed back."""
+    raw = engine.raw_connection()
+    try:
+        conn = _driver(raw.driver_connection, psycopg.Connection)
+        raw.detach()
+        conn.autocommit = True
+        yield conn
+    finally:
+        raw.close()
+
+
 def is_engine(obj: object) -> TypeGuard[Engine]:
     """A SQLAlchemy Engine (False when SQLAlchemy is not installed)."""
     try:

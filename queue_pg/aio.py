@@ -166,6 +166,7 @@ class AsyncClient(AsyncClientBase):
         visibility_timeout: Seconds | None = None,
         wait: Seconds | None = None,
         delete: Sequence[str] | None = None,
+        consumer: int | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[Message]:
         """Lease up to ``max_messages`` visible messages, each with a new receipt.
@@ -180,14 +181,19 @@ class AsyncClient(AsyncClientBase):
         is skipped and counted in ``stats().stale_receipts``; use :meth:`delete_batch` when each
         outcome matters. If the receive fails, the deletes are undone too.
 
+        ``consumer``: an id from :meth:`register_consumer`, recorded with each lease, so that
+        the leases end a few seconds after the registering session is gone (see
+        ``queue_pg.reap_consumers``) instead of when they lapse.
+
         A message whose body this client cannot decode (nested deeper than Python's recursion
         limit, a number Python refuses) comes with ``body`` set to an
         :class:`queue_pg.UndecodableBody` holding its JSON text and the error, so it does not
         take the rest of its batch down.
         """
-        call = _ops.receive(queue, max_messages, visibility_timeout, wait, delete)
+        call = _ops.receive(queue, max_messages, visibility_timeout, wait, delete, consumer)
         # the receipts are deleted once: the attempts after the first carry none
-        again = partial(_ops.receive, queue, max_messages, visibility_timeout, wait)
+        again = partial(_ops.receive, queue, max_messages, visibility_timeout, wait,
+                        consumer=consumer)
         with self._watching():
             if conn is not None:
                 await self._maybe_sweep(None)
@@ -275,6 +281,22 @@ class AsyncClient(AsyncClientBase):
     async def purge(self, queue: str, *, conn: AsyncConnection | None = None) -> int:
         """Delete every message of the queue, in any state; returns how many."""
         return await self._run(_ops.purge(queue), conn)
+
+    async def register_consumer(
+        self, conn: AsyncConnection, *, name: str | None = None, adopt: int | None = None
+    ) -> int | None:
+        """Register ``conn``'s session as a consumer; its id goes to :meth:`receive`'s
+        ``consumer``. Keep ``conn`` open (and outside any pool) for as long as the consumer
+        lives: when its session ends, a reap ends the consumer's leases after the grace period
+        (the ``queue_pg.consumer_grace`` setting, default 2 s). ``adopt``: the id held on a
+        connection that was lost, kept if no reap has ended it yet. None when no id could be
+        locked: leases then lapse as usual. Workers do all of this themselves."""
+        return await self._run(_ops.register_consumer(name, adopt), conn)
+
+    async def reap_consumers(self, *, conn: AsyncConnection | None = None) -> int:
+        """End the leases of consumers gone for longer than the grace period; returns how
+        many leases ended. Workers run it every second."""
+        return await self._run(_ops.reap_consumers(), conn)
 
     async def sweep(self, *, conn: AsyncConnection | None = None) -> int:
         """Delete expired messages now (one bounded batch); returns how many."""

@@ -279,6 +279,23 @@ class AsyncClientBase:
         async with self._pool.connection() as conn:
             yield conn
 
+    @asynccontextmanager
+    async def _dedicated(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of its own, in no pool, autocommit, closed at the end: for what lives
+        as long as a session does (a consumer's registration lock must never go back to a pool
+        with the connection)."""
+        # sync: if self._engine is not None:
+        # sync:     with _sqla.detached_connection(self._engine) as conn:
+        # sync:         yield conn
+        # sync:     return
+        conninfo = await self._conninfo()
+        with translating():
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
     async def _run(self, call: Call[T], conn: AsyncConnection | None) -> T:
         """One statement: on the caller's connection as is, else on a borrowed one."""
         with self._watching():

@@ -22,6 +22,7 @@ from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
 from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
+from queue_pg.pulse import REAP_INTERVAL
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
 from queue_pg.worker_loop import (
@@ -42,6 +43,13 @@ logger = logging.getLogger("queue_pg.worker")
 
 R = TypeVar("R")
 AsyncHandler = Callable[[AsyncJob], Awaitable[object]]
+
+
+async def _stopped(stop: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``stop``; whether it is set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout)
+    return stop.is_set()
 
 
 async def run_plan(client: AsyncClient, plan: Plan[R]) -> R:
@@ -67,6 +75,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         self._wake: asyncio.Event | None = None
         self._scheduler = Scheduler(self._registry, self.settings.queues)
         self._flush_wake: asyncio.Event | None = None
+        self._pulse_stop = asyncio.Event()
 
     def _acks_wake(self) -> None:
         if self._flush_wake is not None:
@@ -93,6 +102,13 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         self._flush_wake = asyncio.Event()
         self._flushing = True
         flusher = asyncio.create_task(self._flush_loop(), name="queue_pg-settle")
+        self._pulse_stop = asyncio.Event()
+        tried = asyncio.Event()
+        pulsing = (asyncio.create_task(self._pulse_loop(tried), name="queue_pg-pulse")
+                   if self._pulse.enabled else None)
+        if pulsing is not None:  # the first receives name the consumer
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(tried.wait(), 10)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if threading.current_thread() is threading.main_thread():
@@ -114,6 +130,9 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             self._flushing = False
             self._flush_wake.set()
             await flusher
+            self._pulse_stop.set()
+            if pulsing is not None:
+                await pulsing
             await self._settle_left()
             for sig in installed:
                 loop.remove_signal_handler(sig)
@@ -139,6 +158,24 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), pause)
+
+    async def _pulse_loop(self, tried: asyncio.Event) -> None:
+        """Register on a connection of this worker's own, then reap every REAP_INTERVAL on it
+        until the stop; a lost connection is made again (see queue_pg.pulse)."""
+        pulse = self._pulse
+        while not self._pulse_stop.is_set():
+            try:
+                async with self.client._dedicated() as conn:
+                    pulse.registered(await self.client.register_consumer(
+                        conn, name=pulse.name, adopt=pulse.adopt()))
+                    tried.set()
+                    while not await _stopped(self._pulse_stop, REAP_INTERVAL):
+                        pulse.reaped_now(await self.client.reap_consumers(conn=conn))
+                return  # the session ends with the connection: a reap elsewhere forgets it
+            except Exception as exc:
+                tried.set()
+                if await _stopped(self._pulse_stop, pulse.lost(exc)):
+                    return
 
     async def _schedule(self) -> None:
         """Fire the due ticks of the schedules of this worker's queues (queue_pg.periodic)."""

@@ -268,6 +268,23 @@ class ClientBase:
         with self._pool.connection() as conn:
             yield conn
 
+    @contextmanager
+    def _dedicated(self) -> Iterator[Connection]:
+        """A connection of its own, in no pool, autocommit, closed at the end: for what lives
+        as long as a session does (a consumer's registration lock must never go back to a pool
+        with the connection)."""
+        if self._engine is not None:
+            with _sqla.detached_connection(self._engine) as conn:
+                yield conn
+            return
+        conninfo = self._conninfo()
+        with translating():
+            conn = psycopg.Connection.connect(conninfo, autocommit=True)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
     def _run(self, call: Call[T], conn: Connection | None) -> T:
         """One statement: on the caller's connection as is, else on a borrowed one."""
         with self._watching():

@@ -189,6 +189,11 @@ def as_int(columns: Columns, rows: Rows) -> int:
     return int(_scalar(columns, rows))
 
 
+def as_int_or_none(columns: Columns, rows: Rows) -> int | None:
+    value = _scalar(columns, rows)
+    return None if value is None else int(value)
+
+
 def as_bool(columns: Columns, rows: Rows) -> bool:
     return bool(_scalar(columns, rows))
 

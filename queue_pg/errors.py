@@ -20,6 +20,7 @@ from psycopg.errors import Diagnostic
 __all__ = [
     "SQLSTATE_ERRORS",
     "AccessDenied",
+    "ConsumerNotFound",
     "GroupRequired",
     "InvalidParameter",
     "InvalidReceipt",
@@ -130,6 +131,11 @@ class RedriveInProgress(QueueError):
     """start_redrive on a dead-letter queue that has a running task already (QP036)."""
 
 
+class ConsumerNotFound(QueueError):
+    """A receive naming a consumer id that register_consumer did not give, or that a reap
+    ended (QP050): its leases could never end early, so the receive is refused."""
+
+
 # --- at the door: the database cannot be used at all ------------------------------------------
 
 #: Shown with every ServerUnavailable: what to check.
@@ -205,6 +211,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP030": GroupRequired,
     "QP035": RedriveTaskNotFound,
     "QP036": RedriveInProgress,
+    "QP050": ConsumerNotFound,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
     "22021": InvalidParameter,  # character_not_in_repertoire

@@ -54,6 +54,7 @@ class WorkerConfig:
     backoff_cap: float
     log_level: str
     job_log_level: str = "DEBUG"
+    detect_crashes: bool = True
 
 
 def import_tasks(modules: tuple[str, ...]) -> Registry:
@@ -98,6 +99,7 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
             heartbeat_interval=config.heartbeat_interval, grace_period=config.grace_period,
             wait=config.wait, backoff=Backoff(base=config.backoff_base, cap=config.backoff_cap),
             job_log_level=config.job_log_level,
+            detect_crashes=config.detect_crashes,
         )
         worker.run(signals=(signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT))
 

@@ -38,10 +38,11 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import BYTEA, DOUBLE_PRECISION, JSONB, OID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, DOUBLE_PRECISION, JSONB, OID
 
 __all__ = [
     "SCHEMA",
+    "consumers",
     "grants",
     "in_flight",
     "include_name",
@@ -166,6 +167,7 @@ messages = Table(
     Column("dedup_id", Text, nullable=True),
     Column("body", JSONB, nullable=False),
     Column("attributes", JSONB, nullable=True),
+    Column("consumer_id", Integer, nullable=True),
     PrimaryKeyConstraint("id", name="messages_pkey"),
     Index("messages_claim", "queue_id", "visible_at"),
     Index("messages_expiry", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
@@ -186,6 +188,20 @@ messages = Table(
         "autovacuum_analyze_threshold": "20000",
         "autovacuum_vacuum_cost_delay": "0",
     },
+)
+
+consumers = Table(
+    "consumers",
+    metadata,
+    Column("id", Integer, Identity(always=True), nullable=False),
+    Column("role", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("name", Text, nullable=True),
+    Column("registered_at", TIMESTAMPTZ, nullable=False),
+    Column("lost_at", TIMESTAMPTZ, nullable=True),
+    Column("queue_ids", ARRAY(Integer), nullable=False, server_default=text("'{}'::integer[]")),
+    PrimaryKeyConstraint("id", name="consumers_pkey"),
+    schema=SCHEMA,
 )
 
 message_history = Table(

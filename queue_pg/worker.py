@@ -43,6 +43,7 @@ from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, Job, LeaseLost, Reject, current_job, job_var
 from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
+from queue_pg.pulse import REAP_INTERVAL
 from queue_pg.settle import Beat, beat, settle
 from queue_pg.types import Message
 from queue_pg.worker_loop import (
@@ -89,7 +90,10 @@ class Worker(WorkerBase["Client", SyncHandler]):
     third of the lease). ``backoff``: a :class:`Backoff`, or one per queue name; a task's own
     backoff wins. ``wait``: longest a receive long-polls (in slices of
     :data:`queue_pg.worker_loop.POLL_SLICE`; SQL checks the value). ``grace_period``: how long a
-    stop waits for running handlers.
+    stop waits for running handlers. ``detect_crashes`` (default on): the worker registers as a
+    consumer on a connection of its own, outside the pool (:mod:`queue_pg.pulse`), so that when
+    its process dies its leases end within seconds instead of lapsing; turn it off behind a
+    pooler that does not keep sessions (PgBouncer in transaction mode).
 
     The client's pool should have ``concurrency + 2`` connections (receive, heartbeat, one per
     handler thread), one more with periodic tasks (the scheduler). Expired messages are swept
@@ -112,6 +116,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._scheduler = Scheduler(self._registry, self.settings.queues)
+        self._pulse_stop = threading.Event()
+        self._pulse_tried = threading.Event()  # the first registration was tried
 
     # --- control ----------------------------------------------------------------------------------
 
@@ -141,6 +147,10 @@ class Worker(WorkerBase["Client", SyncHandler]):
             for sig in signals:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
+            if self._pulse.enabled:
+                threading.Thread(target=self._pulse_loop, name="queue_pg-pulse",
+                                 daemon=True).start()
+                self._pulse_tried.wait(10)  # the first receives name the consumer
             self._start_threads()
             if self._scheduler:
                 threading.Thread(target=self._schedule, name="queue_pg-scheduler",
@@ -229,8 +239,27 @@ class Worker(WorkerBase["Client", SyncHandler]):
             self._threads.append(t)
         threading.Thread(target=self._heartbeat, name="queue_pg-heartbeat", daemon=True).start()
 
+    def _pulse_loop(self) -> None:
+        """Register on a connection of this worker's own, then reap every REAP_INTERVAL on it
+        until the stop; a lost connection is made again (see queue_pg.pulse)."""
+        pulse = self._pulse
+        while not self._pulse_stop.is_set():
+            try:
+                with self.client._dedicated() as conn:
+                    pulse.registered(self.client.register_consumer(
+                        conn, name=pulse.name, adopt=pulse.adopt()))
+                    self._pulse_tried.set()
+                    while not self._pulse_stop.wait(REAP_INTERVAL):
+                        pulse.reaped_now(self.client.reap_consumers(conn=conn))
+                return  # the session ends with the connection: a reap elsewhere forgets it
+            except Exception as exc:
+                self._pulse_tried.set()
+                if self._pulse_stop.wait(pulse.lost(exc)):
+                    return
+
     def _stop_threads(self) -> None:
         self._closed = True
+        self._pulse_stop.set()
         for _ in self._threads:
             self._inbox.put(None)
         self._beat_wake.set()

@@ -53,6 +53,9 @@ def _n(count: int, one: str, many: str | None = None) -> str:
 @click.option("--job-log-level", default="DEBUG", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               help="Level of the line logged when each job starts and finishes.")
+@click.option("--detect-crashes/--no-detect-crashes", default=True, show_default=True,
+              help="Register as a consumer on a connection of its own, so that a crashed"
+              " worker's leases end within seconds (off behind PgBouncer in transaction mode).")
 @click.pass_context
 def worker_command(
     ctx: click.Context,
@@ -70,6 +73,7 @@ def worker_command(
     backoff_cap: float,
     log_level: str,
     job_log_level: str,
+    detect_crashes: bool,
 ) -> None:
     """Run the tasks of MODULES (e.g. myapp.tasks) until SIGTERM / Ctrl-C.
 
@@ -94,7 +98,7 @@ def worker_command(
         batch_size=batch_size, visibility_timeout=visibility_timeout,
         heartbeat_interval=heartbeat_interval, grace_period=grace_period, wait=wait,
         backoff_base=backoff_base, backoff_cap=backoff_cap, log_level=log_level,
-        job_log_level=job_log_level,
+        job_log_level=job_log_level, detect_crashes=detect_crashes,
     )
     logger.info(
         "queue-pg worker: %s x %s on %s; %s; %s (%s)",

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from queue_pg import joblog, outage
 from queue_pg.acks import Acks
 from queue_pg.backoff import Backoff
-from queue_pg.errors import InvalidParameter, OverLimit, QueueNotFound
+from queue_pg.errors import ConsumerNotFound, InvalidParameter, OverLimit, QueueNotFound
 from queue_pg.jobs import BaseJob, Reject
 from queue_pg.plans import ClientCall, Plan
+from queue_pg.pulse import Pulse
 from queue_pg.settle import release
 from queue_pg.tasks import Registry
 from queue_pg.types import Message, Seconds, UndecodableBody, seconds
@@ -181,11 +182,13 @@ class Rounds:
     starves) long-polled for a slice; the leases read again every :data:`LEASE_REFRESH`."""
 
     def __init__(
-        self, options: WorkerOptions, stats: WorkerStats, what: str, acks: Acks | None = None
+        self, options: WorkerOptions, stats: WorkerStats, what: str, acks: Acks | None = None,
+        pulse: Pulse | None = None,
     ) -> None:
         self.options = options
         self.stats = stats
         self.acks = acks
+        self.pulse = pulse  #: the worker's registration: its receives name the consumer
         self.turn = 0
         self.refresh_at = 0.0
         #: time.monotonic() before the last receive: its leases end no earlier than this + lease
@@ -210,11 +213,18 @@ class Rounds:
         kwargs: dict[str, Any] = {"visibility_timeout": self.options.leases[queue], "wait": wait}
         if riders:
             kwargs["delete"] = [j.receipt for j in riders]
+        if self.pulse is not None and self.pulse.consumer is not None:
+            kwargs["consumer"] = self.pulse.consumer
         self.leased_at = monotonic()
         try:
             messages: list[Message] = yield ClientCall("receive", (queue, n), kwargs)
         except OverLimit as exc:  # a short poll on a queue at its in_flight_limit
             self._rode(riders, exc)
+            return []
+        except ConsumerNotFound as exc:  # reaped while its connection was lost: next round
+            self._rode(riders, exc)       # receives without it until it registers again
+            if self.pulse is not None:
+                self.pulse.refused()
             return []
         except BaseException as exc:
             self._rode(riders, exc)
@@ -299,6 +309,7 @@ class WorkerBase(Generic[C, H]):
         wait: Seconds = 20,
         backoff: Backoff | Mapping[str, Backoff] | None = None,
         job_log_level: int | str | None = None,
+        detect_crashes: bool = True,
     ) -> None:
         self.client = client
         # each job's start and finish logged at this level (queue_pg.joblog);
@@ -313,7 +324,10 @@ class WorkerBase(Generic[C, H]):
         self._handler: H | None = None if isinstance(handler, Registry) else handler
         self.stats = WorkerStats()
         self._acks = Acks(lambda: self._acks_wake(), self.stats.add)
-        self._rounds = Rounds(self.settings, self.stats, "worker", self._acks)
+        # registered as a consumer on a connection of its own: a crash ends its leases in
+        # seconds (queue_pg.pulse)
+        self._pulse = Pulse(detect_crashes)
+        self._rounds = Rounds(self.settings, self.stats, "worker", self._acks, self._pulse)
         self._stop_requested = False
         self._setup()
 

@@ -388,3 +388,35 @@ def test_update_keeps_lease_with_null_timeout_and_merges_attributes(sql, conn) -
     assert rows == [({"step": 1}, {"type": "t", "error": "x"}, until)]
     with pytest.raises(errors.InvalidParameter, match="attributes is a JSON array"):
         sql("SELECT queue_pg.update_message('jobs', %s, NULL, NULL, '[1]')", r)
+
+
+@pytest.mark.parametrize(("call", "message", "error"), [
+    ("SELECT queue_pg.alter_queue('jobs', clear => ARRAY['colour'])",
+     "clear = 'colour' is invalid: allowed message_ttl, dead_letter_queue, max_receive_count,"
+     " in_flight_limit", errors.InvalidParameter),
+    ("SELECT queue_pg.alter_queue('jobs', clear => ARRAY[NULL])",
+     "clear = NULL is invalid: allowed message_ttl", errors.InvalidParameter),
+    ("SELECT queue_pg.alter_tuning('jobs', clear => ARRAY['tune_min'])",
+     "clear = 'tune_min' is invalid: allowed tune_max", errors.InvalidParameter),
+    ("SELECT queue_pg.alter_tuning('jobs', lease_policy => 'smart')",
+     "lease_policy = 'smart' is invalid: allowed fixed, per_type", errors.InvalidParameter),
+    ("SELECT queue_pg.set_redrive_allow('jobs', 'some')",
+     "permission = 'some' is invalid: allowed allow_all, deny_all, by_queue",
+     errors.InvalidParameter),
+    ("SELECT queue_pg.grant('jobs', 'postgres', 'read')",
+     "privilege = 'read' is invalid: allowed send, receive, manage", errors.InvalidParameter),
+    ("SELECT queue_pg.set_schedule('s', 'jobs', '* * * * *', '{}', missed => 'later')",
+     "missed = 'later' is invalid: allowed skip, catch_up", errors.InvalidSchedule),
+])
+def test_a_word_outside_its_set_is_named_with_the_set_and_changes_nothing(
+    sql, call: str, message: str, error: type[errors.QueueError]
+) -> None:
+    """Every check of a value against a fixed set of words: one wording, the parameter, the
+    value (or NULL) and the words allowed; the queue as it was."""
+    sql("SELECT queue_pg.create_queue('jobs', message_ttl => 600)")
+    before = sql("SELECT * FROM queue_pg.queues")
+    with pytest.raises(error) as raised:
+        sql(call)
+    assert str(raised.value).startswith(message), str(raised.value)
+    assert sql("SELECT * FROM queue_pg.queues") == before
+    assert sql("SELECT count(*) FROM queue_pg.periodic") == [(0,)]

@@ -291,9 +291,12 @@ def test_unknown_task_and_bad_arguments_are_not_retried(app: App) -> None:
 
 def test_sigterm_finishes_running_job_and_releases_unstarted(app: App) -> None:
     """SIGTERM lands while a receive is in progress (held by a lock on the queues table):
-    the job running finishes, the messages that receive returns are released, exit 0."""
+    the job running finishes, the messages that receive returns are released, exit 0.
+
+    The lease is given on the command line: a worker that reads its queue's lease looks it up
+    again every few seconds, and that look-up, not a receive, would be what the lock holds."""
     app.client.create_queue(Q, visibility_timeout=5)
-    w = app.spawn("--grace-period", "10", concurrency=2)
+    w = app.spawn("--grace-period", "10", "--visibility-timeout", "5", concurrency=2)
     app.send("slow", "running", 1.0)
     wait_until("the job started", lambda: app.runs("start"))
     with psycopg.connect(app.dsn) as locker:
@@ -301,9 +304,12 @@ def test_sigterm_finishes_running_job_and_releases_unstarted(app: App) -> None:
         for k in ("u1", "u2", "u3"):  # committed with the lock's release: the receive sees them
             worker_app.noop.send([k], conn=locker)
         with psycopg.connect(app.dsn, autocommit=True) as watch:
+            # the receive's claim, or its long poll's channel look-up between two claims:
+            # either way the claim that follows the lock's release finds u1..u3
             wait_until("the worker's receive blocked", lambda: watch.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND query LIKE '%queue_pg._receive%'").fetchone())
+                " AND wait_event_type = 'Lock' AND (query LIKE '%queue_pg._receive%'"
+                " OR query LIKE '%queue_pg.channel%')").fetchone())
         w.signal(signal.SIGTERM)
         time.sleep(0.2)
         signalled = time.monotonic()
@@ -337,6 +343,42 @@ def test_idle_worker_stops_at_once_and_second_signal_exits_now(app: App) -> None
     assert time.monotonic() - t0 < 1
     assert app.client.stats(Q).in_flight == 1  # its lease brings it back
     assert not app.runs("done")
+
+
+def test_a_killed_workers_jobs_run_again_in_seconds_not_when_their_leases_lapse(app: App) -> None:
+    """Three worker processes of three threads each run nine 4 s jobs under a 60 s lease; one
+    is killed with SIGKILL mid-job. The others' reaps end its three leases after the grace
+    period, and they run again there within seconds, not a minute; no job of a living worker
+    runs twice, and the history has each message deleted once."""
+    app.client.create_queue(Q, visibility_timeout=60)
+    workers = [app.spawn(concurrency=3) for _ in range(3)]
+    wait_until("all ready", lambda: all("ready: wq" in w.logs() for w in workers))
+    for i in range(9):
+        app.send("slow", f"j{i}", 4.0)
+    starts = wait_until("nine jobs started", lambda: len(app.runs("start")) == 9 and app.runs("start"))
+    victim = workers[0]
+    doomed = sorted(r["key"] for r in starts if r["pid"] == victim.pid)
+    assert len(doomed) == 3, starts  # each worker took as many as it has threads
+    victim.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    victim.wait(5)
+    again = wait_until("the killed worker's jobs started again", lambda: (
+        sorted(r["key"] for r in app.runs("start") if r["pid"] != victim.pid
+               and r["key"] in doomed and r["attempt"] == 2) == doomed), timeout=30)
+    took = time.monotonic() - killed_at
+    assert again and took < 20, took  # the survivors are busy for 4 s; the lease is 60 s
+    wait_until("every job done", lambda: len(app.runs("done")) == 9, timeout=30)
+    done = app.runs("done")
+    assert sorted(r["key"] for r in done) == sorted(f"j{i}" for i in range(9))
+    assert victim.pid not in {r["pid"] for r in done}
+    runs = app.runs("start")
+    assert {r["key"]: sum(1 for x in runs if x["key"] == r["key"]) for r in runs} == {
+        f"j{i}": 2 if f"j{i}" in doomed else 1 for i in range(9)}
+    wait_until("all deleted", lambda: app.client.stats(Q).in_flight == 0)
+    history = app.history()
+    assert sorted(h["message_id"] for h in history) == sorted({r["msg_id"] for r in runs})
+    assert {h["outcome"] for h in history} == {"deleted"}
+    assert sum(h["lease_expiries"] for h in history) == 3  # the ended leases count as lapsed
 
 
 def test_processes_share_the_work_and_stop_on_sigterm(app: App) -> None:
@@ -541,6 +583,93 @@ async def test_async_worker_cancels_jobs_past_the_grace_period_and_releases(clea
         (m,) = await client.receive("ag")  # released at once, not after its 5 s lease
         assert m.id == mid and m.receive_count == 2
         assert worker.stats.released == 1
+
+
+async def test_async_worker_registers_names_itself_in_its_leases_and_goes(clean: str) -> None:
+    async with queue_pg.AsyncClient(clean, sweep_interval=None) as client:
+        await client.create_queue("ac", visibility_timeout=30)
+        started = asyncio.Event()
+        release = asyncio.Event()
+
+        async def handler(job: AsyncJob) -> None:
+            started.set()
+            await release.wait()
+
+        worker = AsyncWorker(client, "ac", handler, wait=0.5)
+        run = asyncio.create_task(worker.run())
+        await client.send("ac", {"n": 1})
+        await asyncio.wait_for(started.wait(), 5)
+        async with await psycopg.AsyncConnection.connect(clean, autocommit=True) as o:
+            cur = await o.execute(
+                "SELECT c.id, c.name, m.consumer_id, pg_backend_pid() <> c.pid"
+                " FROM queue_pg.consumers c, queue_pg.messages m")
+            ((cid, name, leased_by, other_session),) = await cur.fetchall()
+            assert leased_by == cid and other_session and name.endswith(f":{os.getpid()}")
+            release.set()
+            worker.stop()
+            await asyncio.wait_for(run, 5)
+            # its session is gone with the stop: the lock is free
+            cur = await o.execute("SELECT pg_try_advisory_lock(queue_pg._consumer_space(), %s)",
+                                  (cid,))
+            assert await cur.fetchone() == (True,)
+
+
+def test_a_worker_whose_registration_connection_is_cut_adopts_its_id_and_keeps_its_lease(
+    client: queue_pg.Client, clean: str
+) -> None:
+    """The worker's own connection is terminated while a job runs (the process lives): it
+    connects again within the grace period, adopts its consumer id, and no reap ends the job's
+    lease; the job finishes once and is deleted."""
+    client.create_queue("cut", visibility_timeout=60)
+    client.send("cut", {"n": 1})
+    started = threading.Event()
+    finish = threading.Event()
+    runs: list[int] = []
+
+    def handler(job: Job) -> None:
+        runs.append(job.receive_count)
+        started.set()
+        finish.wait(20)
+
+    worker = Worker(client, "cut", handler, wait=0.5)
+    thread = threading.Thread(target=worker.run, kwargs={"signals": ()})
+    thread.start()
+    try:
+        assert started.wait(10)
+        with psycopg.connect(clean, autocommit=True) as o:
+            ((cid, pid),) = o.execute("SELECT id, pid FROM queue_pg.consumers").fetchall()
+            o.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            wait_until("registered again", lambda: o.execute(
+                "SELECT pid <> %s AND lost_at IS NULL FROM queue_pg.consumers WHERE id = %s",
+                (pid, cid)).fetchone() == (True,), timeout=10)
+            time.sleep(3.5)  # past the grace period, with reaps on the new connection
+            assert client.reap_consumers() == 0
+            assert o.execute("SELECT count(*), max(receive_count), bool_and(consumer_id = %s)"
+                             " FROM queue_pg.messages", (cid,)).fetchone() == (1, 1, True)
+        assert worker._pulse.consumer == cid
+        finish.set()
+        wait_until("deleted", lambda: client.stats("cut").in_flight == 0)
+    finally:
+        finish.set()
+        worker.stop()
+        thread.join(10)
+    assert runs == [1]
+
+
+def test_a_worker_without_crash_detection_names_no_consumer(client: queue_pg.Client) -> None:
+    client.create_queue("nd", visibility_timeout=30)
+    client.send("nd", {"n": 1})
+    seen: list[Any] = []
+
+    def handler(job: Job) -> None:
+        seen.append(job.id)
+        worker.stop()
+
+    worker = Worker(client, "nd", handler, wait=0.5, detect_crashes=False)
+    worker.run()
+    assert seen and client.reap_consumers() == 0
+    with psycopg.connect(client._dsn or "", autocommit=True) as o:
+        assert o.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (0,)
 
 
 def test_configuration_errors_stop_the_worker(client: queue_pg.Client) -> None:

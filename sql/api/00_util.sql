@@ -85,6 +85,40 @@ LANGUAGE sql VOLATILE AS $$
                 THEN queue_pg._out_of_range(param, v, lo, hi, unit) ELSE v END
 $$;
 
+-- Refuses a value outside a fixed set of words (NULL too); the message names the parameter, the
+-- value (its first 100 characters) and the words allowed. The one wording of every such check.
+CREATE OR REPLACE FUNCTION queue_pg._check_choice(param text, v text, allowed text[],
+                                                  code text DEFAULT 'QP003') RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF v IS NULL OR NOT v = ANY (allowed) THEN
+        RAISE EXCEPTION USING ERRCODE = code,
+            MESSAGE = format('%s = %s is invalid: allowed %s', param,
+                             coalesce(quote_literal(left(v, 100)), 'NULL'), array_to_string(allowed, ', '));
+    END IF;
+    RETURN v;
+END $$;
+
+-- An interval setting of the database or a role (`setting`, e.g. queue_pg.tune_interval)
+-- within [lo, hi]; unset, empty, malformed or out of range: `fallback`, so no session can push
+-- it past its bounds.
+CREATE OR REPLACE FUNCTION queue_pg._interval_setting(setting text, lo interval, hi interval,
+                                                      fallback interval) RETURNS interval
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v interval;
+BEGIN
+    BEGIN
+        v := nullif(current_setting(setting, true), '')::interval;
+    EXCEPTION WHEN data_exception OR syntax_error THEN
+        v := NULL;
+    END;
+    IF v IS NULL OR v < lo OR v > hi THEN
+        RETURN fallback;
+    END IF;
+    RETURN v;
+END $$;
+
 -- Bounds named once; IMMUTABLE one-line sql functions, folded to constants where they are used.
 -- The longest lease, visibility timeout and delay: 7 days (Azure's longest visibility timeout).
 CREATE OR REPLACE FUNCTION queue_pg._max_lease_cap() RETURNS double precision

@@ -13,6 +13,10 @@ DROP FUNCTION IF EXISTS queue_pg._history_rows(queue_pg.queues, queue_pg.message
 DROP FUNCTION IF EXISTS queue_pg._check_ttl(double precision);
 DROP FUNCTION IF EXISTS queue_pg._channel(integer);
 DROP FUNCTION IF EXISTS queue_pg._claim(queue_pg.queues, integer, double precision, boolean);
+-- revision 0013 (consumers): receive's, _receive's and _claim's `consumer`
+DROP FUNCTION IF EXISTS queue_pg._receive(text, integer, double precision, double precision, boolean, text[]);
+DROP FUNCTION IF EXISTS queue_pg.receive(text, integer, double precision, double precision, text[]);
+DROP FUNCTION IF EXISTS queue_pg._claim(queue_pg.queues, integer, double precision, boolean, boolean);
 DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);

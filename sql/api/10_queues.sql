@@ -280,9 +280,8 @@ BEGIN
                 q.dead_letter_queue := NULL; q.max_receive_count := NULL;
             WHEN 'in_flight_limit' THEN q.in_flight_limit := NULL;
             ELSE
-                RAISE EXCEPTION USING ERRCODE = 'QP003',
-                    MESSAGE = format('clear = %s is invalid: allowed message_ttl, dead_letter_queue, max_receive_count, in_flight_limit',
-                                     coalesce(quote_literal(left(c, 100)), 'NULL'));
+                PERFORM queue_pg._check_choice('clear', c, ARRAY['message_ttl', 'dead_letter_queue',
+                                                                 'max_receive_count', 'in_flight_limit']);
         END CASE;
     END LOOP;
     PERFORM queue_pg._validate(q);

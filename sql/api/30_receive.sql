@@ -70,7 +70,8 @@ END $$;
 -- subtransaction it runs in is rolled back and its row locks (the in-flight counter's) released.
 CREATE OR REPLACE FUNCTION queue_pg._claim(q queue_pg.queues, max_messages integer,
                                            vt double precision, long_poll boolean,
-                                           undo_fruitless boolean DEFAULT false)
+                                           undo_fruitless boolean DEFAULT false,
+                                           consumer integer DEFAULT NULL)
 RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql SET enable_bitmapscan = off SET enable_sort = off AS $$
 DECLARE
@@ -195,7 +196,8 @@ BEGIN
         lease_expiries = t.lease_expiries + (t.receive_count > 0 AND NOT t.released)::int,
         released = false,
         first_received_at = coalesce(t.first_received_at, n),
-        last_received_at = n
+        last_received_at = n,
+        consumer_id = consumer  -- whose lease (sql/api/34_consumers.sql)
     WHERE t.id = ANY (ids)
     RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
               t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at;
@@ -214,7 +216,8 @@ CREATE OR REPLACE FUNCTION queue_pg._receive(
     visibility_timeout double precision,
     wait double precision,
     poll boolean,
-    "delete" text[] DEFAULT NULL
+    "delete" text[] DEFAULT NULL,
+    consumer integer DEFAULT NULL
 ) RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -224,12 +227,19 @@ DECLARE
     deadline timestamptz;
     bad text;
     got boolean;
+    checked double precision;
+    known boolean;
 BEGIN
-    -- one statement for the three checks (in this order): each statement costs its executor
+    -- one statement for the four checks (in this order): each statement costs its executor
     -- start, and a receive's fixed cost is what bounds a worker
-    PERFORM queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
-            queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
-            queue_pg._check('wait', w, 0, 20);
+    SELECT queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
+           queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
+           queue_pg._check('wait', w, 0, 20),
+           queue_pg._consumer_on(consumer, q.id)  -- sql/api/34_consumers.sql
+    INTO checked, checked, checked, known;
+    IF NOT known THEN  -- the consumer's first receive on this queue
+        PERFORM queue_pg._consumer_add_queue(consumer, q.id);
+    END IF;
     IF visibility_timeout IS NOT NULL THEN  -- an explicit lease overrides a per-type one
         q.lease_policy := 'fixed';
     END IF;
@@ -258,7 +268,7 @@ BEGIN
         LOOP
             got := NULL;  -- stays NULL when the attempt was fruitless and undone
             BEGIN
-                RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, true, true);
+                RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, true, true, consumer);
                 got := FOUND;
             EXCEPTION WHEN SQLSTATE 'QP900' THEN
                 NULL;
@@ -269,21 +279,23 @@ BEGIN
             PERFORM pg_sleep(least(0.05, extract(epoch FROM deadline - clock_timestamp())));
         END LOOP;
     END IF;
-    RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, w > 0);
+    RETURN QUERY SELECT * FROM queue_pg._claim(q, max_messages, vt, w > 0, false, consumer);
 END $$;
 
 -- SQS ReceiveMessage. `wait` > 0 polls inside the server every 50 ms for callers that cannot
 -- LISTEN (psql, other languages); the Python client waits on LISTEN/NOTIFY instead.
 -- `delete`: receipts of the caller's finished batch, deleted first in the same transaction
 -- (a stale or lapsed one is skipped and counted, a forged one raises InvalidReceipt).
+-- `consumer`: the caller's id from register_consumer, so its leases end soon after it dies.
 CREATE OR REPLACE FUNCTION queue_pg.receive(
     queue text,
     max_messages integer DEFAULT 1,
     visibility_timeout double precision DEFAULT NULL,
     wait double precision DEFAULT NULL,
-    "delete" text[] DEFAULT NULL
+    "delete" text[] DEFAULT NULL,
+    consumer integer DEFAULT NULL
 ) RETURNS SETOF queue_pg.message
 LANGUAGE plpgsql AS $$  -- plpgsql: a SECURITY DEFINER sql function is re-planned every call
 BEGIN
-    RETURN QUERY SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true, "delete");
+    RETURN QUERY SELECT * FROM queue_pg._receive(queue, max_messages, visibility_timeout, wait, true, "delete", consumer);
 END $$;

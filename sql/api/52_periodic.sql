@@ -179,11 +179,7 @@ BEGIN
             MESSAGE = format('name = %s is invalid: allowed 1 to 200 of A-Z a-z 0-9 _ . : -',
                              coalesce(quote_literal(left(set_schedule.name, 100)), 'NULL'));
     END IF;
-    IF missed IS NULL OR missed NOT IN ('skip', 'catch_up') THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP025',
-            MESSAGE = format('missed = %s is invalid: allowed skip, catch_up',
-                             coalesce(quote_literal(left(missed, 100)), 'NULL'));
-    END IF;
+    PERFORM queue_pg._check_choice('missed', missed, ARRAY['skip', 'catch_up'], 'QP025');
     PERFORM queue_pg._check('catch_up', catch_up, 0, 1000, 'ticks');
     PERFORM queue_pg._check('grace', grace, 0, 3600);
     IF body IS NULL THEN

@@ -26,16 +26,10 @@ BEGIN
     q.tune_min := coalesce(alter_tuning.tune_min, q.tune_min);
     q.tune_max := coalesce(alter_tuning.tune_max, q.tune_max);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
-        IF c IS DISTINCT FROM 'tune_max' THEN
-            RAISE EXCEPTION USING ERRCODE = 'QP003',
-                MESSAGE = format('clear = %s is invalid: allowed tune_max', coalesce(quote_literal(left(c, 100)), 'NULL'));
-        END IF;
+        PERFORM queue_pg._check_choice('clear', c, ARRAY['tune_max']);
         q.tune_max := NULL;
     END LOOP;
-    IF q.lease_policy NOT IN ('fixed', 'per_type') THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('lease_policy = %s is invalid: allowed fixed, per_type', quote_literal(left(q.lease_policy, 100)));
-    END IF;
+    PERFORM queue_pg._check_choice('lease_policy', q.lease_policy, ARRAY['fixed', 'per_type']);
     PERFORM queue_pg._check('tune_min', q.tune_min, 1, q.max_lease);
     IF q.tune_max IS NOT NULL THEN
         PERFORM queue_pg._check('tune_max', q.tune_max, q.tune_min, q.max_lease);
@@ -97,20 +91,9 @@ END $$;
 -- advice of a day per auto_tune queue (from the rollups: milliseconds), so a busy database keeps
 -- the minute; a queue that must converge fast sets it lower (ALTER DATABASE ... SET).
 CREATE OR REPLACE FUNCTION queue_pg._tune_interval() RETURNS interval
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v interval;
-BEGIN
-    BEGIN
-        v := nullif(current_setting('queue_pg.tune_interval', true), '')::interval;
-    EXCEPTION WHEN data_exception OR syntax_error THEN
-        v := NULL;
-    END;
-    IF v IS NULL OR v < interval '1 second' OR v > interval '1 day' THEN
-        RETURN interval '1 minute';
-    END IF;
-    RETURN v;
-END $$;
+LANGUAGE sql STABLE AS $$
+    SELECT queue_pg._interval_setting('queue_pg.tune_interval', '1 second', '1 day', '1 minute')
+$$;
 
 -- One tuning step of a queue. The figures are the last 24 hours' (a day of evidence: a p99 of
 -- a mixed queue from a few dozen runs swings from one type to the other); the step acts only

@@ -187,11 +187,7 @@ DECLARE
     policy jsonb;
     bad text;
 BEGIN
-    IF permission IS NULL OR permission NOT IN ('allow_all', 'deny_all', 'by_queue') THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('permission = %s is invalid: allowed allow_all, deny_all, by_queue',
-                             coalesce(quote_literal(left(permission, 100)), 'NULL'));
-    END IF;
+    PERFORM queue_pg._check_choice('permission', permission, ARRAY['allow_all', 'deny_all', 'by_queue']);
     IF (permission = 'by_queue') <> (sources IS NOT NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('sources = %s is invalid with permission = %s: by_queue takes 1 to 10 queue names, the others none',

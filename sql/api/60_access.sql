@@ -75,11 +75,7 @@ DECLARE
     r oid;
     n integer;
 BEGIN
-    IF privilege IS NULL OR privilege NOT IN ('send', 'receive', 'manage') THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('privilege = %s is invalid: allowed send, receive, manage',
-                             coalesce(quote_literal(left(privilege, 100)), 'NULL'));
-    END IF;
+    PERFORM queue_pg._check_choice('privilege', privilege, ARRAY['send', 'receive', 'manage']);
     SELECT a.oid INTO r FROM pg_catalog.pg_roles a WHERE a.rolname = _grant.role;
     IF r IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
@@ -162,7 +158,9 @@ BEGIN
                    WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
-                                      'message_groups', 'message_details')
+                                      'message_groups', 'message_details',
+                                      -- consumers that can be seen to die (34_consumers.sql)
+                                      'register_consumer', 'reap_consumers')
                        THEN ARRAY['queue_pg_consumer']
                    -- per-queue 'manage' grants decide; any member of a group may try
                    WHEN p.proname IN ('alter_queue', 'drop_queue', 'purge', 'redrive', 'grant',

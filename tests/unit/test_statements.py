@@ -15,7 +15,7 @@ def test_receive_sends_seconds_and_receipts() -> None:
     call = _ops.receive("q", 5, timedelta(seconds=30), 2, ["a", "b"])
     assert "queue_pg._receive(" in str(call.query)
     assert call.params == {"queue": "q", "max_messages": 5, "visibility_timeout": 30.0,
-                           "wait": 2.0, "delete": ["a", "b"]}
+                           "wait": 2.0, "delete": ["a", "b"], "consumer": None}
 
 
 def test_settings_are_cast_to_one_signature_and_unknown_ones_are_a_type_error() -> None:

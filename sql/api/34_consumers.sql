@@ -1,0 +1,153 @@
+-- Consumers that can be seen to die (sql/schema/0013_consumers.sql). A worker registers on a
+-- connection it keeps for its life; the session advisory lock it holds there is its pulse. Its
+-- receives name it (receive's `consumer`), so each lease records whose it is. A reap, run every
+-- second or so by every registered worker, ends the leases of consumers whose lock has been free
+-- for _consumer_grace(): a crashed consumer's messages come back in seconds, whatever their
+-- visibility timeout, and a slow job on a live consumer keeps its long lease.
+
+-- The advisory lock class of consumers (the first key of pg_advisory_lock(int4, int4)).
+CREATE OR REPLACE FUNCTION queue_pg._consumer_space() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1903587664 $$;
+
+-- How long a consumer's lock must have been free before its leases end: a worker whose
+-- registration connection dropped but which lives re-registers under its id (adopt) within it
+-- and keeps its leases. Setting queue_pg.consumer_grace (an interval), 1 second to 1 hour,
+-- default 2 seconds; a value out of range counts as the default, so no session can make a reap
+-- end leases of a consumer that was gone for less than a second.
+CREATE OR REPLACE FUNCTION queue_pg._consumer_grace() RETURNS interval
+LANGUAGE sql STABLE AS $$
+    SELECT queue_pg._interval_setting('queue_pg.consumer_grace', '1 second', '1 hour', '2 seconds')
+$$;
+
+-- Registers the calling session as a consumer and returns its id; the session holds the
+-- consumer's advisory lock until it ends. A session is one consumer: a second call returns the
+-- id it holds. `adopt`: the id this worker had on a connection it lost; it is kept (with the
+-- leases recorded under it) when the caller's role registered it and no reap has ended it yet.
+-- NULL when no id could be locked (another session holds the locks of every id tried): the
+-- caller works on without crash detection, its leases lapse as usual.
+CREATE OR REPLACE FUNCTION queue_pg.register_consumer(name text DEFAULT NULL, adopt integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    space integer := queue_pg._consumer_space();
+    caller name := queue_pg._caller();
+    me integer;
+BEGIN
+    IF length(name) > 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('name is %s characters long: allowed 0 to 200 characters', length(name));
+    END IF;
+    -- the session's own registration, if any (the lock table says which ids it holds)
+    SELECT c.id INTO me FROM pg_catalog.pg_locks l JOIN queue_pg.consumers c ON c.id = l.objid::integer
+    WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.classid::integer = space
+      AND l.objsubid = 2 AND l.granted AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                                                         WHERE datname = current_database())
+    LIMIT 1;
+    IF me IS NOT NULL THEN
+        RETURN me;
+    END IF;
+    IF adopt IS NOT NULL AND pg_try_advisory_lock(space, adopt) THEN
+        UPDATE queue_pg.consumers c SET pid = pg_backend_pid(), lost_at = NULL,
+                                        name = coalesce(register_consumer.name, c.name)
+        WHERE c.id = adopt AND c.role = caller
+        RETURNING c.id INTO me;
+        IF me IS NOT NULL THEN
+            RETURN me;
+        END IF;
+        PERFORM pg_advisory_unlock(space, adopt);
+    END IF;
+    FOR attempt IN 1..20 LOOP
+        INSERT INTO queue_pg.consumers (role, pid, name, registered_at)
+        VALUES (caller, pg_backend_pid(), register_consumer.name, clock_timestamp())
+        RETURNING id INTO me;
+        IF pg_try_advisory_lock(space, me) THEN
+            RETURN me;
+        END IF;
+        DELETE FROM queue_pg.consumers c WHERE c.id = me;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+-- Unknown consumer ids are refused (QP050): a receive that names one would record leases no
+-- reap could ever end early, and nothing would say so. Whether the consumer has received from
+-- queue_id before (NULL consumer: true): a one-expression sql function, inlined into _receive's
+-- check statement (no statement of its own); only a refusal calls plpgsql.
+CREATE OR REPLACE FUNCTION queue_pg._consumer_unknown(consumer integer) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'QP050',
+        MESSAGE = format('consumer = %s is not registered (or was reaped): register_consumer() gives an id', consumer);
+END $$;
+
+CREATE OR REPLACE FUNCTION queue_pg._consumer_on(consumer integer, queue_id integer) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN consumer IS NULL THEN true
+                ELSE coalesce((SELECT queue_id = ANY (c.queue_ids) FROM queue_pg.consumers c WHERE c.id = consumer),
+                              queue_pg._consumer_unknown(consumer)) END
+$$;
+
+-- The first receive of a consumer on a queue records the queue (see consumers.queue_ids).
+CREATE OR REPLACE FUNCTION queue_pg._consumer_add_queue(consumer integer, queue_id integer) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE queue_pg.consumers c SET queue_ids = c.queue_ids || queue_id
+    WHERE c.id = consumer AND NOT (queue_id = ANY (c.queue_ids))
+$$;
+
+-- Ends the leases a lost consumer holds on the queues it received from: visible at once, as if they had lapsed now (the next
+-- receive counts each as a lease expiry). Messages released with a delay (a retry's backoff)
+-- keep it; rows another transaction holds (a delete or claim under way) are left for the next
+-- reap. The number of leases ended.
+CREATE OR REPLACE FUNCTION queue_pg._end_leases(consumer integer, queue_ids integer[], n timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    qids integer[];
+    key bytea;
+    cnt integer;
+BEGIN
+    WITH held AS (
+        SELECT m.id FROM queue_pg.messages m
+        WHERE m.queue_id = ANY (queue_ids)
+          AND m.visible_at > n AND m.visible_at < 'infinity'
+          AND m.consumer_id = consumer AND NOT m.released
+        FOR UPDATE SKIP LOCKED
+    ), ended AS (
+        UPDATE queue_pg.messages m SET visible_at = n, consumer_id = NULL
+        FROM held WHERE m.id = held.id
+        RETURNING m.queue_id
+    )
+    SELECT count(*), array_agg(DISTINCT e.queue_id) INTO cnt, qids FROM ended e;
+    IF cnt > 0 THEN
+        key := queue_pg._key();
+        PERFORM pg_notify(queue_pg._channel(q, key), '') FROM unnest(qids) q;
+    END IF;
+    RETURN cnt;
+END $$;
+
+-- Ends the leases of consumers whose lock has been free for _consumer_grace() and forgets them;
+-- marks those just found gone. A consumer's lock is tried with pg_try_advisory_xact_lock: free
+-- means its session ended; held by a live session (or by a reap or adoption under way) it is
+-- left alone. The caller's own session is skipped (its lock is its own, so the try would
+-- succeed). The number of leases ended.
+CREATE OR REPLACE FUNCTION queue_pg.reap_consumers() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    space integer := queue_pg._consumer_space();
+    grace interval := queue_pg._consumer_grace();
+    real timestamptz := clock_timestamp();
+    n timestamptz := queue_pg._now();
+    c record;
+    ended integer := 0;
+BEGIN
+    FOR c IN SELECT k.id, k.lost_at, k.queue_ids FROM queue_pg.consumers k
+             WHERE k.pid <> pg_backend_pid() ORDER BY k.id LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(space, c.id);
+        IF c.lost_at IS NULL OR c.lost_at > real THEN
+            UPDATE queue_pg.consumers k SET lost_at = real WHERE k.id = c.id;
+        ELSIF c.lost_at <= real - grace THEN
+            ended := ended + queue_pg._end_leases(c.id, c.queue_ids, n);
+            DELETE FROM queue_pg.consumers k WHERE k.id = c.id;
+        END IF;
+    END LOOP;
+    RETURN ended;
+END $$;
