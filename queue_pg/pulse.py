@@ -55,6 +55,9 @@ class Pulse:
         elif self._adopt is not None and consumer != self._adopt:
             logger.warning("consumer %d was reaped while its connection was lost (its leases"
                            " ended); registered again as consumer %d", self._adopt, consumer)
+        elif self._adopt is None:
+            logger.info("registered as consumer %d (%s): if this process dies, its leases end"
+                        " within seconds", consumer, self.name)
         self.consumer = self._adopt = consumer
         self.outage.recovered()
 
