@@ -98,3 +98,39 @@ def test_hot_paths_never_scan_the_backlog(client: queue_pg.Client, conn: psycopg
             assert "Sort" not in claim, claim
         if name == "receive(delete=)":
             assert ("Index Scan", " using messages_pkey") in scans, text
+
+
+def test_hot_paths_call_no_uninlined_sql_function(clean: str) -> None:
+    """A sql function PostgreSQL does not inline (a body with a subquery, an INSERT or an
+    UPDATE) is planned again at every call (a history INSERT over the partitions: 333 µs a
+    delete_message); plpgsql keeps its plans. Inlined ones are not calls, so the functions a
+    transaction called (``pg_stat_xact_user_functions``) must all be plpgsql."""
+    with psycopg.connect(clean, autocommit=True) as reg, psycopg.connect(clean) as conn:
+        me = reg.execute("SELECT queue_pg.register_consumer('plans')").fetchone()[0]
+        conn.execute("SELECT queue_pg.create_queue('hot', dead_letter_queue => NULL)")
+        conn.commit()
+        conn.execute("SET track_functions = 'all'")
+
+        def receipts(n: int, **kw: object) -> list[str]:
+            args = ", ".join(f"{k} => %({k})s" for k in kw)
+            rows = conn.execute(f"SELECT receipt FROM queue_pg.receive('hot', {n}, 30"
+                                f"{', ' if args else ''}{args})", kw).fetchall()
+            return [r[0] for r in rows]
+
+        conn.execute("SELECT queue_pg.send('hot', '{\"a\": 1}', attributes => '{\"type\": \"t\"}')")
+        conn.execute("SELECT count(*) FROM queue_pg.send_batch('hot', array['1', '2', '3', '4']::jsonb[])")
+        first = receipts(2, consumer=me)
+        rest = receipts(3, consumer=me, delete=first)
+        conn.execute("SELECT queue_pg.change_visibility('hot', %s, 60)", [rest[0]])
+        conn.execute("SELECT queue_pg.delete_message('hot', %s)", [rest[0]])
+        conn.execute("SELECT count(*) FROM queue_pg.delete_batch('hot', %s)", [rest[1:]])
+        called = conn.execute(
+            "SELECT f.funcname, l.lanname FROM pg_stat_xact_user_functions f"
+            " JOIN pg_proc p ON p.oid = f.funcid JOIN pg_language l ON l.oid = p.prolang"
+            " WHERE f.schemaname = 'queue_pg'"
+            # constants (_max_ttl()): folded into the plan when it is made, not called after
+            " AND NOT (p.provolatile = 'i' AND p.pronargs = 0)").fetchall()
+        conn.rollback()
+    names = {name for name, _ in called}
+    assert {"_receive", "_claim", "_delete_batch", "_history", "_consumer_on"} <= names, names
+    assert [name for name, lang in called if lang != "plpgsql"] == []

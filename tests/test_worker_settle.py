@@ -125,7 +125,8 @@ def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
         finished.set()  # ends while the worker waits in its next long poll
         wait_until("the job deleted", lambda: outcomes(clean).get(mid) == ["deleted"],
                    timeout=10)
-        assert stats.succeeded == 1
+        # counted once delete_batch has returned: a moment after its commit is visible
+        wait_until("the job counted", lambda: stats.succeeded == 1, timeout=5)
 
 
 CHILD = """
