@@ -122,7 +122,16 @@ def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
     with running(kind, clean, "tail", handler, concurrency=2, wait=20) as stats:
         mid = client.send("tail", {"n": 1})
         wait_until("the job started", lambda: stats.received == 1)
-        finished.set()  # ends while the worker waits in its next long poll
+        # the job ends only once the worker's next receive has begun (a job that ends first
+        # rides on that receive instead, counted when its long poll returns)
+        with psycopg.connect(clean, autocommit=True) as watch:
+            since = watch.execute("SELECT clock_timestamp()").fetchone()[0]
+            wait_until("the next receive", lambda: watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()"
+                " AND query_start > %s AND (query LIKE '%%queue_pg._receive%%'"
+                " OR query LIKE '%%queue_pg.channel%%')", [since]).fetchone()[0])
+        finished.set()  # ends while the worker waits in that long poll
         wait_until("the job deleted", lambda: outcomes(clean).get(mid) == ["deleted"],
                    timeout=10)
         # counted once delete_batch has returned: a moment after its commit is visible
