@@ -8,7 +8,7 @@ bench's no-op task (:mod:`bench.worker_apps.qpg`) over a pre-filled queue and re
 until the queue is empty. Each figure is the least of ``--repeats`` rounds (noise only adds).
 What it counts: the receive's Python (psycopg, decoding, Message objects), the hand-off to the
 handler threads, the task lookup and argument check, the job itself (one small file write), the
-settle into the next receive, and the worker's own threads.
+batched settle, and the worker's own threads.
 """
 
 from __future__ import annotations

@@ -1,19 +1,18 @@
 """Deletes of finished jobs, made in batches: the worker's way to one commit per batch, not one
-per job.
+per job, kept off the path of its receives.
 
-A job whose handler succeeded is not deleted at once: its receipt waits here until the worker's
-next receive of that queue carries it (``receive(..., delete=receipts)``: the deletes and the
-next claim in one statement and one commit), or, when no receive comes soon (an idle queue, a
-long poll under way), until :data:`FLUSH_DELAY` has passed and a ``delete_batch`` settles what is
-left. What the worker promised before still holds:
+A job whose handler succeeded is not deleted at once: its receipt waits here until
+:data:`FLUSH_DELAY` has passed since the first of the batch, and a ``delete_batch`` (a
+thread or task of the worker's own, on a connection of its own) settles the batch while the
+receives go on. A receive could carry them (``receive(..., delete=receipts)``: one statement and
+one commit), but its claim would then wait for the deletes and their history rows, and a
+worker's threads stay idle while their receive is in the server; deleting beside it was up to
+30 % faster (docs/benchmarks.md). What the worker promised before still holds:
 
-- a receive reports no outcome per receipt, so only jobs whose lease is certainly still theirs
-  ride on it (:meth:`Acks.ride`: ends ``margin`` before the lease's end or the message's expiry,
-  by the worker's own clock, counted from before the receive); the others go by
-  ``delete_batch``, which says per entry whether the receipt was stale;
-- a receive or a ``delete_batch`` that fails puts its jobs back: they are tried again (after a
-  pause that doubles up to :data:`RETRY_CAP`), and a lease that lapsed meanwhile is reported
-  as such;
+- ``delete_batch`` says per entry whether the receipt was stale: each job whose lease was lost
+  is reported;
+- a ``delete_batch`` that fails puts its jobs back: they are tried again (after a pause that
+  doubles up to :data:`RETRY_CAP`), and a lease that lapsed meanwhile is reported as such;
 - a crash before the delete leaves the message leased: it is delivered again when the lease
   ends (at-least-once, as documented).
 
@@ -31,22 +30,16 @@ from time import monotonic
 from queue_pg.jobs import BaseJob
 from queue_pg.plans import ClientCall, Plan
 
-__all__ = ["FLUSH_DELAY", "MAX_BATCH", "RETRY_CAP", "Acks", "margin"]
+__all__ = ["FLUSH_DELAY", "MAX_BATCH", "RETRY_CAP", "Acks"]
 
 logger = logging.getLogger("queue_pg.worker")
 
-#: Longest a finished job waits for a receive to carry its delete before ``delete_batch`` does.
+#: How long the first finished job of a batch waits for others before ``delete_batch`` runs.
 FLUSH_DELAY = 0.02
-#: Most receipts one statement takes (SQL's limit for ``delete`` and ``delete_batch``).
+#: Most receipts one statement takes (SQL's limit for ``delete_batch``).
 MAX_BATCH = 1000
 #: Longest pause between attempts to settle after failures (starting at FLUSH_DELAY).
 RETRY_CAP = 5.0
-
-
-def margin(lease: float) -> float:
-    """How long before its lease ends a job stops riding on a receive (the receive's round
-    trip, a busy server): half the lease, at most 2 s."""
-    return min(lease / 2, 2.0)
 
 
 class Acks:
@@ -85,34 +78,6 @@ class Acks:
         with self._lock:
             return self._due
 
-    def ride(self, queue: str) -> list[BaseJob]:
-        """Take the jobs of ``queue`` a receive may delete without reporting each outcome:
-        those whose lease is surely still theirs. The caller hands them to :meth:`rode`."""
-        now = monotonic()
-        with self._lock:
-            jobs = self._pending.get(queue)
-            if not jobs or self._failing:
-                return []
-            safe = [j for j in jobs if j.settle_by() - margin(j.lease) > now][:MAX_BATCH]
-            if len(safe) == len(jobs):
-                del self._pending[queue]
-            else:
-                taken = set(map(id, safe))
-                jobs[:] = [j for j in jobs if id(j) not in taken]
-            self._settle_due()
-            return safe
-
-    def rode(self, jobs: list[BaseJob], error: BaseException | None) -> None:
-        """The receive that carried ``jobs`` committed (``error`` None) or was undone."""
-        if not jobs:
-            return
-        if error is None:
-            self._count("succeeded", len(jobs))
-        else:  # a long poll may have committed its first attempt (the deletes) before failing
-            with self._lock:
-                self._maybe_done.update(map(id, jobs))
-            self._back(jobs)
-
     def flush(self, everything: bool = False) -> Plan[bool]:
         """Delete what is pending (once due, or ``everything`` now) with ``delete_batch``,
         reporting each job whose delete was refused; False if some are left (a failure)."""
@@ -127,7 +92,10 @@ class Acks:
             try:
                 results = yield ClientCall("delete_batch", (queue, [j.receipt for j in jobs]))
             except BaseException as exc:  # GeneratorExit too: the plan was dropped
-                self._back([j for _, js in batches[n:] for j in js], exc)
+                left = [j for _, js in batches[n:] for j in js]
+                with self._lock:  # a commit whose answer was lost: the retry finds them gone
+                    self._maybe_done.update(map(id, jobs))
+                self._back(left, exc)
                 if not isinstance(exc, Exception):
                     raise
                 return False
@@ -145,7 +113,7 @@ class Acks:
             maybe_done = [id(j) in self._maybe_done for j in jobs]
             self._maybe_done.difference_update(map(id, jobs))
         for job, (deleted, error), earlier in zip(jobs, outcomes, maybe_done, strict=True):
-            if deleted or (error is None and earlier):  # gone: deleted by that receive
+            if deleted or (error is None and earlier):  # gone: deleted by the failed attempt
                 done += 1
             elif error is None:  # gone already: its message_ttl passed
                 logger.warning("message %s expired before its delete", job.id)
@@ -156,25 +124,16 @@ class Acks:
                 self._count("lost", 1)
         self._count("succeeded", done)
 
-    def _back(self, jobs: list[BaseJob], exc: BaseException | None = None) -> None:
-        """Jobs whose delete failed: pending again, flushed after a pause (no more riding
-        until a flush works: a receive that keeps failing would keep undoing them)."""
+    def _back(self, jobs: list[BaseJob], exc: BaseException) -> None:
+        """Jobs whose delete failed: pending again, flushed after a pause."""
         with self._lock:
             for job in reversed(jobs):
                 self._pending.setdefault(job.queue, []).insert(0, job)
-            first_failure = exc is not None and not self._failing
-            if exc is not None:
-                self._failing = True
-                self._due = monotonic() + self._retry_after
-                self._retry_after = min(self._retry_after * 2, RETRY_CAP)
-            elif self._due is None:
-                self._due = monotonic()
+            first_failure = not self._failing
+            self._failing = True
+            self._due = monotonic() + self._retry_after
+            self._retry_after = min(self._retry_after * 2, RETRY_CAP)
         if first_failure:
             logger.warning("could not settle %d finished job(s): %s; retrying (a lease that"
                            " ends meanwhile brings its message back)", len(jobs), exc)
         self._wake()
-
-    def _settle_due(self) -> None:
-        """(Under the lock.) No deadline once nothing is pending."""
-        if not self._pending:
-            self._due = None

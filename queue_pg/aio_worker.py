@@ -186,7 +186,6 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = AsyncJob(self.client, message, self.settings.leases[message.queue])
-        job.lease_until = self._rounds.leased_at + job.lease
         task = asyncio.create_task(self._handle(job), name=f"queue_pg-job-{message.id}")
         self._running[task] = job
 
@@ -226,7 +225,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         self.stats.add(await run_plan(self.client, plan))
 
     async def _flush_loop(self) -> None:
-        """Delete finished jobs no receive carried, once due (see :mod:`queue_pg.acks`)."""
+        """Delete finished jobs in batches, once due (see :mod:`queue_pg.acks`)."""
         assert self._flush_wake is not None
         while self._flushing:
             due = self._acks.due()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from datetime import datetime
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -89,25 +88,6 @@ class BaseJob:
         self.task = task
         self.body: JSON = message.body
         self.cancel_reason: str | None = None
-        #: When (time.monotonic) the lease ends at the latest: counted from before the receive
-        #: (the worker sets it), moved by each heartbeat; see :meth:`settle_by`.
-        self.lease_until = monotonic() + lease
-        self._visible_until = message.visible_until
-
-    def extended(self, visible_until: datetime) -> None:
-        """A heartbeat moved the lease's end (server time) to ``visible_until``: move
-        :attr:`lease_until` by as much (a difference of server times; no clocks compared)."""
-        self.lease_until += (visible_until - self._visible_until).total_seconds()
-        self._visible_until = visible_until
-
-    def settle_by(self) -> float:
-        """The monotonic time after which a delete of this job may be refused: its lease's end,
-        or the message's expiry (message_ttl) if that comes first."""
-        end = self.lease_until
-        expires = self.message.expires_at
-        if expires is not None:
-            end = min(end, self.lease_until + (expires - self._visible_until).total_seconds())
-        return end
 
     @property
     def id(self) -> int:

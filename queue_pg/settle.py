@@ -171,9 +171,7 @@ class Beat(str, Enum):
 def beat(job: BaseJob) -> Plan[Beat]:
     """Renew the job's lease; cancel the job when that is refused."""
     try:
-        until = yield ClientCall("change_visibility", (job.queue, job.receipt, job.lease))
-        if isinstance(until, datetime):  # max_lease may have cut it short
-            job.extended(until)
+        yield ClientCall("change_visibility", (job.queue, job.receipt, job.lease))
         return Beat.KEPT
     except (StaleReceipt, MessageNotFound) as exc:
         job.cancel(LOST)

@@ -12,9 +12,9 @@ a consumer has to do by itself with leases:
 - a message that can never succeed (:class:`Reject`: an unknown task, arguments that do not fit,
   a body the client could not decode, a task's retries used up) is dead-lettered at once with
   the reason (``dead_letter``);
-- a job that succeeded is deleted in a batch: by the next receive of its queue (one statement
-  and one commit for the deletes and the next claim), else by a ``delete_batch`` a few
-  milliseconds later; a stale receipt is still reported per job (:mod:`queue_pg.acks`);
+- a job that succeeded is deleted in a batch: a ``delete_batch`` 20 ms after the first of the
+  batch finished, on the heartbeat thread, beside the receives (:mod:`queue_pg.acks`); a stale
+  receipt is reported per job;
 - SIGTERM / SIGINT stop receiving, let running handlers finish within a grace period, and release
   what was received but not started; a second signal exits at once and leases bring the rest back.
 
@@ -213,7 +213,6 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _start(self, message: Message) -> None:
         job = Job(self.client, message, self.settings.leases[message.queue])
-        job.lease_until = self._rounds.leased_at + job.lease
         job.next_beat = job.started + self.settings.interval(message.queue)
         with self._cond:
             self._running.add(job)

@@ -182,17 +182,13 @@ class Rounds:
     starves) long-polled for a slice; the leases read again every :data:`LEASE_REFRESH`."""
 
     def __init__(
-        self, options: WorkerOptions, stats: WorkerStats, what: str, acks: Acks | None = None,
-        pulse: Pulse | None = None,
+        self, options: WorkerOptions, stats: WorkerStats, what: str, pulse: Pulse | None = None,
     ) -> None:
         self.options = options
         self.stats = stats
-        self.acks = acks
         self.pulse = pulse  #: the worker's registration: its receives name the consumer
         self.turn = 0
         self.refresh_at = 0.0
-        #: time.monotonic() before the last receive: its leases end no earlier than this + lease
-        self.leased_at = 0.0
         # a lost server: warn once, retry with capped exponential backoff and jitter, say when
         # it works again
         self.outage = outage.Outage(logger, what, base=IDLE_SLEEP, cap=30.0)
@@ -208,33 +204,20 @@ class Rounds:
         self.refresh_at = monotonic() + LEASE_REFRESH
 
     def _receive(self, queue: str, n: int, wait: float) -> Plan[list[Message]]:
-        """One receive, carrying the deletes of finished jobs of ``queue`` that may ride."""
-        riders = self.acks.ride(queue) if self.acks is not None else []
+        """One receive. It carries no deletes: finished jobs are deleted beside the receives
+        (see :mod:`queue_pg.acks`), so a claim never waits for them."""
         kwargs: dict[str, Any] = {"visibility_timeout": self.options.leases[queue], "wait": wait}
-        if riders:
-            kwargs["delete"] = [j.receipt for j in riders]
         if self.pulse is not None and self.pulse.consumer is not None:
             kwargs["consumer"] = self.pulse.consumer
-        self.leased_at = monotonic()
         try:
             messages: list[Message] = yield ClientCall("receive", (queue, n), kwargs)
-        except OverLimit as exc:  # a short poll on a queue at its in_flight_limit
-            self._rode(riders, exc)
+        except OverLimit:  # a short poll on a queue at its in_flight_limit
             return []
-        except ConsumerNotFound as exc:  # reaped while its connection was lost: next round
-            self._rode(riders, exc)       # receives without it until it registers again
-            if self.pulse is not None:
+        except ConsumerNotFound:  # reaped while its connection was lost: the next rounds
+            if self.pulse is not None:  # receive without it until it registers again
                 self.pulse.refused()
             return []
-        except BaseException as exc:
-            self._rode(riders, exc)
-            raise
-        self._rode(riders, None)
         return messages
-
-    def _rode(self, riders: list[BaseJob], error: BaseException | None) -> None:
-        if self.acks is not None:
-            self.acks.rode(riders, error)
 
     def round(
         self, free: int, stopped: Callable[[], bool], start: Callable[[Message], Any]
@@ -327,7 +310,7 @@ class WorkerBase(Generic[C, H]):
         # registered as a consumer on a connection of its own: a crash ends its leases in
         # seconds (queue_pg.pulse)
         self._pulse = Pulse(detect_crashes)
-        self._rounds = Rounds(self.settings, self.stats, "worker", self._acks, self._pulse)
+        self._rounds = Rounds(self.settings, self.stats, "worker", self._pulse)
         self._stop_requested = False
         self._setup()
 

@@ -111,7 +111,8 @@ def test_a_lapsed_lease_is_reported_for_its_own_job_and_the_others_are_deleted(
 def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
     kind: str, client: queue_pg.Client, clean: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # one long poll of 20 s: no receive can carry the delete before it ends, only the flush
+    # one long poll of 20 s: the job ends during it, and the flush deletes it without waiting
+    # for the poll to return
     monkeypatch.setattr(worker_loop, "POLL_SLICE", 30.0)
     client.create_queue("tail")
     finished = threading.Event()
@@ -122,8 +123,7 @@ def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
     with running(kind, clean, "tail", handler, concurrency=2, wait=20) as stats:
         mid = client.send("tail", {"n": 1})
         wait_until("the job started", lambda: stats.received == 1)
-        # the job ends only once the worker's next receive has begun (a job that ends first
-        # rides on that receive instead, counted when its long poll returns)
+        # the job ends only once the worker's next receive has begun
         with psycopg.connect(clean, autocommit=True) as watch:
             since = watch.execute("SELECT clock_timestamp()").fetchone()[0]
             wait_until("the next receive", lambda: watch.execute(
@@ -204,8 +204,8 @@ def test_a_settle_cut_off_by_the_server_is_retried_and_deletes_each_job_once(
     kind: str, client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each handler ends by having the server terminate every connection of the worker (by its
-    application_name): the settle that follows (a receive carrying the deletes, or the flush)
-    fails on a dead connection and is tried again on a new one. From the history: each job
+    application_name): the flush that follows fails on a dead connection and is tried again on
+    a new one. From the history: each job
     deleted once, received once (its lease held: it never ran again)."""
     client.create_queue("cut", visibility_timeout=30)
     ids = [client.send("cut", {"n": i}) for i in range(4)]
@@ -226,8 +226,8 @@ def test_a_settle_cut_off_by_the_server_is_retried_and_deletes_each_job_once(
             kind, dsn, "cut", handler, concurrency=1, wait=1) as stats:
         wait_until("every job settled", lambda: stats.succeeded == len(ids), timeout=60)
     assert all(k > 0 for k in killed) and len(killed) == len(ids)
-    # each cut made the next call of the worker fail: the receive carrying the job's delete
-    # (or the flush's delete_batch); it was tried again on a new connection
+    # each cut made the next calls of the worker fail (the flush's delete_batch, the receive);
+    # each was tried again on a new connection
     assert caplog.text.count("lost the database (AdminShutdown") >= len(ids), caplog.text
     assert dict(runs) == {i: 1 for i in ids}
     assert (stats.lost, stats.retried) == (0, 0)

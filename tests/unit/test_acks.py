@@ -1,5 +1,5 @@
-"""The batched deletes of finished jobs (queue_pg.acks), the calls answered here: which jobs
-ride on a receive, what a refused or failed delete does. No database, no client."""
+"""The batched deletes of finished jobs (queue_pg.acks), the calls answered here: when a batch
+is due, how it is cut, what a refused or failed delete does. No database, no client."""
 
 from __future__ import annotations
 
@@ -55,40 +55,23 @@ def deleted(call: Any) -> list[DeleteResult]:
     return [DeleteResult(r, True, None) for r in call.args[1]]
 
 
-def test_jobs_ride_on_their_queues_receive_and_are_counted_once_it_commits() -> None:
+def test_a_batch_is_due_after_the_flush_delay_and_goes_by_one_delete_batch_per_queue() -> None:
     c = Counts()
     a = c.acks()
+    before = monotonic()
     for j in (job(1), job(2), job(3, queue="other")):
         a.add(j)
-    assert c.wakes == 1 and a.due() is not None  # one wake per batch, not per job
-    riders = a.ride("q")
-    assert [j.id for j in riders] == [1, 2]
-    a.rode(riders, None)
-    assert c.counts == {"succeeded": 2} and len(a) == 1
-    a.rode(a.ride("other"), RuntimeError("receive failed"))  # undone: pending again
-    assert len(a) == 1 and c.counts == {"succeeded": 2}
-
-
-def test_a_job_near_its_lease_end_or_expiry_goes_by_delete_batch_not_by_a_receive() -> None:
-    c = Counts()
-    a = c.acks()
-    lapsing = job(1, lease=1.0)
-    lapsing.lease_until = monotonic() + 0.1  # less than margin(1.0) = 0.5 left
-    expiring = job(2, ttl=1.0)  # expires 1 s after the receive, long before its lease ends
-    expiring.lease_until = monotonic() + 30
-    a.add(lapsing)
-    a.add(expiring)
-    assert a.ride("q") == []
+    due = a.due()
+    assert c.wakes == 1 and due is not None  # one wake per batch, not per job
+    assert before + acks.FLUSH_DELAY <= due <= monotonic() + acks.FLUSH_DELAY
+    done, calls = drive(a.flush(), deleted)  # not due yet: nothing sent
+    assert done is False and calls == [] and len(a) == 3
     done, calls = drive(a.flush(everything=True), deleted)
-    assert done and [c.method for c in calls] == ["delete_batch"]
-    assert calls[0].args == ("q", ["r1", "r2"])
-
-
-def test_a_heartbeat_moves_the_lease_end_by_what_the_server_granted() -> None:
-    j = job(1, lease=10.0)
-    before = j.lease_until
-    j.extended(NOW + timedelta(seconds=14))  # the lease now ends 4 s later
-    assert j.lease_until == pytest.approx(before + 4)
+    assert done and [(c.method, c.args) for c in calls] == [
+        ("delete_batch", ("q", ["r1", "r2"])), ("delete_batch", ("other", ["r3"]))]
+    assert c.counts == {"succeeded": 3} and len(a) == 0 and a.due() is None
+    a.add(job(4))  # the next batch wakes the flusher again
+    assert c.wakes == 2 and a.due() is not None
 
 
 def test_each_refused_delete_is_reported_for_its_own_job(caplog: pytest.LogCaptureFixture) -> None:
@@ -118,12 +101,12 @@ def test_a_failed_flush_keeps_the_jobs_and_tries_again_later(
     assert not done and len(a) == 2 and "could not settle" in caplog.text
     due = a.due()
     assert due is not None and due > monotonic()  # a pause before the next attempt
-    assert a.ride("q") == []  # no riding until a flush works again
     assert a.flush() is not None and drive(a.flush(), deleted)[0] is False  # not due yet
     done, calls = drive(a.flush(everything=True), deleted)
     assert done and len(calls) == 2 and c.counts == {"succeeded": 2} and len(a) == 0
-    a.add(job(3))
-    assert [j.id for j in a.ride("q")] == [3]  # riding again
+    a.add(job(3))  # after a success the next batch waits FLUSH_DELAY again, not the pause
+    due = a.due()
+    assert due is not None and due <= monotonic() + acks.FLUSH_DELAY
 
 
 def test_batches_are_cut_at_the_sql_limit() -> None:
@@ -131,19 +114,24 @@ def test_batches_are_cut_at_the_sql_limit() -> None:
     a = c.acks()
     for n in range(acks.MAX_BATCH + 5):
         a.add(job(n))
-    assert len(a.ride("q")) == acks.MAX_BATCH and len(a) == 5
-    a.add(job(99999))
     done, calls = drive(a.flush(everything=True), deleted)
-    assert done and [len(c.args[1]) for c in calls] == [6]
+    assert done and [len(c.args[1]) for c in calls] == [acks.MAX_BATCH, 5]
 
 
-def test_a_failed_long_poll_whose_deletes_committed_does_not_warn_of_expiry(
+def test_a_failed_flush_whose_deletes_committed_does_not_warn_of_expiry(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     c = Counts()
     a = c.acks()
     a.add(job(1))
-    a.rode(a.ride("q"), ConnectionError("lost while waiting"))  # its first attempt committed
+    a.add(job(2, queue="other"))
+    # the first batch's commit went through and its answer was lost: the retry finds it gone
+    done, _ = drive(a.flush(everything=True), ConnectionError("lost while waiting"))
+    assert not done and len(a) == 2
     with caplog.at_level(logging.WARNING, "queue_pg.worker"):
-        done, _ = drive(a.flush(everything=True), [DeleteResult("r1", False, None)])
-    assert done and c.counts == {"succeeded": 1} and "expired" not in caplog.text
+        done, _ = drive(a.flush(everything=True),
+                        lambda call: [DeleteResult(r, False, None) for r in call.args[1]])
+    assert done and c.counts == {"succeeded": 2}
+    # "q" was the batch that failed: gone without a warning; "other" was never tried, so its
+    # message's absence is an expiry
+    assert "message 1 expired" not in caplog.text and "message 2 expired" in caplog.text
