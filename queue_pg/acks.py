@@ -2,10 +2,10 @@
 per job, kept off the path of its receives.
 
 A job whose handler succeeded is not deleted at once: its receipt waits here until
-:data:`FLUSH_DELAY` has passed since the first of the batch, and a ``delete_batch`` (a
-thread or task of the worker's own, on a connection of its own) settles the batch while the
-receives go on. A receive could carry them (``receive(..., delete=receipts)``: one statement and
-one commit), but its claim would then wait for the deletes and their history rows, and a
+:data:`FLUSH_DELAY` has passed since the first of the batch, and a ``delete_batch`` (a thread or
+task of the worker's own, on another connection of the client's pool) settles the batch while
+the receives go on. A receive could carry them (``receive(..., delete=receipts)``: one statement
+and one commit), but its claim would then wait for the deletes and their history rows, and a
 worker's threads stay idle while their receive is in the server; deleting beside it was up to
 30 % faster (docs/benchmarks.md). What the worker promised before still holds:
 

@@ -19,10 +19,8 @@ from queue_pg.types import DeleteResult, Message
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def job(n: int, queue: str = "q", lease: float = 30.0, ttl: float | None = None) -> BaseJob:
-    expires = None if ttl is None else NOW + timedelta(seconds=ttl)
-    m = Message(n, queue, {}, None, f"r{n}", 1, NOW, NOW, NOW + timedelta(seconds=lease),
-                expires)
+def job(n: int, queue: str = "q", lease: float = 30.0) -> BaseJob:
+    m = Message(n, queue, {}, None, f"r{n}", 1, NOW, NOW, NOW + timedelta(seconds=lease), None)
     return BaseJob(m, lease=lease)
 
 
