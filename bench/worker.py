@@ -13,7 +13,9 @@ on Redis (Celery and RQ are "n/a (why)" where Redis does not answer). For each:
   over the time from the first handler start to the last. For the PostgreSQL systems, the
   transactions (``pg_stat_database.xact_commit`` of the system's own scratch database) and the
   WAL bytes (``pg_current_wal_lsn``: the whole server's, so other work on it counts too) from
-  the workers' start to their exit, per job.
+  the workers' start to their exit, per job. With ``--runs`` > 1 the runs go in rounds, every
+  system once a round, so a drift of the host falls on all of them alike; the table shows each
+  cell's median, and a line per system the range of its runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -192,31 +194,45 @@ def _target(system: type[System], args: argparse.Namespace) -> Iterator[str]:
         yield args.redis
 
 
-def run_system(cls: type[System], args: argparse.Namespace, tmp: Path,
-               log: Any) -> dict[str, Any]:
+def prepare(cls: type[System], args: argparse.Namespace, stack: ExitStack, tmp: Path,
+            log: Any) -> tuple[System | None, dict[str, Any]]:
+    """The system installed in its scratch database (kept open on ``stack``) and its idle
+    latency measured; (None, its "n/a" result) when it cannot run here."""
     missing = cls.missing(args.redis)
     if missing:
         log(f"{cls.label}: n/a ({missing})")
-        return {"missing": missing}
-    jobs = max(20, round(args.jobs * args.scale * cls.share))
+        return None, {"missing": missing}
+    system = cls(stack.enter_context(_target(cls, args)))
+    system.install()
     count = max(10, round(args.latency_jobs * args.scale))
-    with _target(cls, args) as target:
-        system = cls(target)
-        system.install()
-        latency = measure_latency(system, count, args.rate, tmp)
-        s: LatencySummary = latency["latency"]
-        log(f"{cls.label}: idle latency p50 {s.p50_ms:.2f} ms p99 {s.p99_ms:.2f} ms")
-        cells = []
-        for processes, concurrency in CONFIGS:
-            runs = [measure_throughput(system, processes, concurrency, jobs, tmp, i)
-                    for i in range(args.runs)]
-            rates = [r["jobs_per_s"] or 0.0 for r in runs]
-            cell = {**runs[0], "jobs_per_s": statistics.median(rates), "runs": rates}
-            cells.append(cell)
-            log(f"{cls.label}: {processes} x {concurrency}: {cell['jobs_per_s']:,.0f} jobs/s"
+    latency = measure_latency(system, count, args.rate, tmp)
+    s: LatencySummary = latency["latency"]
+    log(f"{cls.label}: idle latency p50 {s.p50_ms:.2f} ms p99 {s.p99_ms:.2f} ms")
+    return system, {"latency": latency, "throughput": []}
+
+
+def throughput_rounds(systems: dict[str, System], args: argparse.Namespace, tmp: Path,
+                      log: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each system's cells, its runs interleaved with the other systems' (run 1 of every
+    system, then run 2, ...): a drift of the host during the bench falls on all of them alike,
+    not on whichever system ran at that moment. A cell is the median run, with every run's
+    rate and their range."""
+    cells: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    for processes, concurrency in CONFIGS:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+        for i in range(args.runs):
+            for name, system in systems.items():
+                jobs = max(20, round(args.jobs * args.scale * system.share))
+                runs[name].append(measure_throughput(system, processes, concurrency, jobs, tmp, i))
+        for name, system in systems.items():
+            rates = [r["jobs_per_s"] or 0.0 for r in runs[name]]
+            cell = {**runs[name][0], "jobs_per_s": statistics.median(rates), "runs": rates,
+                    "range": [min(rates), max(rates)]}
+            cells[name].append(cell)
+            log(f"{system.label}: {processes} x {concurrency}: {cell['jobs_per_s']:,.0f} jobs/s"
                 f" ({cell['jobs']:,} jobs"
                 + (f", {cell['xact_per_job']} xact/job" if "xact_per_job" in cell else "") + ")")
-    return {"latency": latency, "throughput": cells}
+    return cells
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
@@ -249,6 +265,20 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return markdown_table(heads, rows, "lrrrr")
 
 
+def spread(results: dict[str, dict[str, Any]], runs: int) -> list[str]:
+    """One line per system: the range of its runs in each configuration (the host's noise)."""
+    if runs < 2:
+        return []
+    lines = []
+    for cls in SYSTEMS:
+        cells = results.get(cls.name, {}).get("throughput") or []
+        if cells:
+            ranges = ", ".join(f"{c['processes']} x {c['concurrency']} {c['range'][0]:,.0f} to"
+                               f" {c['range'][1]:,.0f}" for c in cells)
+            lines.append(f"- {cls.label}: runs ranged {ranges} jobs/s.")
+    return [*lines, ""] if lines else []
+
+
 def run(args: argparse.Namespace) -> int:
     log = logger(args.quiet)
     out_dir = Path(args.out) if args.out else DEFAULT_OUT
@@ -261,9 +291,14 @@ def run(args: argparse.Namespace) -> int:
     with db.connect(args.dsn) as conn:
         machine = machine_info(conn)
     results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp, ExitStack() as stack:
+        live: dict[str, System] = {}
         for cls in systems:
-            results[cls.name] = run_system(cls, args, Path(tmp), log)
+            system, results[cls.name] = prepare(cls, args, stack, Path(tmp), log)
+            if system is not None:
+                live[cls.name] = system
+        for name, cells in throughput_rounds(live, args, Path(tmp), log).items():
+            results[name]["throughput"] = cells
     versions: dict[str, dict[str, Any]] = {}
     for cls in systems:
         try:
@@ -289,13 +324,15 @@ def run(args: argparse.Namespace) -> int:
         " workers start; jobs over the time from the first handler start to the last"
         f" ({args.jobs * args.scale:,.0f} jobs, fewer for the slow systems: "
         + ", ".join(f"{c.label} x{c.share:g}" for c in systems if c.share != 1)
-        + f"; median of {args.runs} run(s)). Per job: PostgreSQL transactions committed in the"
+        + f"; median of {args.runs} run(s), each round running every system once, so the"
+        " host's drift falls on all alike). Per job: PostgreSQL transactions committed in the"
         " system's database and WAL bytes written by the whole server, from the workers' start"
         f" to their exit. Idle latency: {args.latency_jobs * args.scale:,.0f} jobs sent one at"
         f" a time at {args.rate:g}/s to idle workers (1 x 16), send to handler start.",
         "",
         table(results),
         "",
+        *spread(results, args.runs),
         *notes,
         "",
         f"Machine: {machine_line(machine)}.",
