@@ -6,8 +6,9 @@ A job whose handler succeeded is not deleted at once: its receipt waits here unt
 task of the worker's own, on another connection of the client's pool) settles the batch while
 the receives go on. A receive could carry them (``receive(..., delete=receipts)``: one statement
 and one commit), but its claim would then wait for the deletes and their history rows, and a
-worker's threads stay idle while their receive is in the server; deleting beside it was up to
-30 % faster (docs/benchmarks.md). What the worker promised before still holds:
+worker's threads stay idle while their receive is in the server; deleting beside it was 4 %
+faster at 1 x 16 and 27 % at 2 x 8 (docs/benchmarks.md). What the worker promised before still
+holds:
 
 - ``delete_batch`` says per entry whether the receipt was stale: each job whose lease was lost
   is reported;

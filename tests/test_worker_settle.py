@@ -107,6 +107,34 @@ def test_a_lapsed_lease_is_reported_for_its_own_job_and_the_others_are_deleted(
     assert client.delete("st", taken[0].receipt)  # the new holder's receipt still works
 
 
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_handler_that_gave_its_receipt_away_is_reported_lost_when_another_took_it(
+    kind: str, client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the handler ends its own lease and another consumer receives the message before the
+    # handler returns normally: the worker's delete is refused for that job alone, and the new
+    # holder's lease is untouched
+    client.create_queue("away", visibility_timeout=30)
+    ids = [client.send("away", {"n": 0})]
+    taken: list[Any] = []
+
+    def handler(job: Any) -> None:
+        if job.id == ids[0]:
+            client.change_visibility("away", job.receipt, 0)
+            taken.extend(wait_until("another consumer takes it", lambda: client.receive(
+                "away", 1, visibility_timeout=30)))
+            ids.append(client.send("away", {"n": 1}))  # a job the worker settles as usual
+
+    with caplog.at_level(logging.WARNING, "queue_pg.worker"), running(
+            kind, clean, "away", handler, concurrency=1, wait=1) as stats:
+        wait_until("both settled", lambda: stats.succeeded + stats.lost == 2)
+    assert (stats.succeeded, stats.lost) == (1, 1)
+    assert [m.id for m in taken] == [ids[0]]
+    assert f"message {ids[0]} of away" in caplog.text and "StaleReceipt" in caplog.text
+    assert outcomes(clean) == {ids[1]: ["deleted"]}
+    assert client.delete("away", taken[0].receipt)  # the new holder's receipt still works
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
     kind: str, client: queue_pg.Client, clean: str, monkeypatch: pytest.MonkeyPatch
