@@ -229,6 +229,32 @@ def test_a_producer_can_send_but_not_receive_peek_or_purge(
     assert [m.body for m in admin.peek("jobs", 10)] == [{"n": 1}, {"n": 2}, 3, 4]
 
 
+def test_stats_of_a_queue_without_a_grant_is_access_denied_not_an_empty_answer(
+    admin: Client, make_role: MakeRole, snapshot: Callable[[], Any]
+) -> None:
+    """queue_stats hides the queues a role has no grant on; asked for one by name, stats()
+    says so (QP011, naming role and queue) instead of answering with no row."""
+    admin.create_queue("mine")
+    admin.create_queue("theirs")
+    admin.send("theirs", {"n": 1})
+    consumer = make_role("consumer", CONSUMER)
+    admin.grant("mine", consumer.name, "receive")
+    with consumer.client() as c:
+        assert c.stats("mine").queue == "mine"
+        denied(snapshot, lambda: c.stats("theirs"),
+               f"role '{consumer.name}' needs a grant on queue 'theirs' to read its figures")
+        with pytest.raises(QueueNotFound):
+            c.stats("nowhere")
+    with consumer.connect() as conn:
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute("SELECT * FROM queue_pg.stats('theirs')")
+        assert err.value.sqlstate == "QP011"
+        assert err.value.diag.message_hint == (
+            f"a manager of the queue runs queue_pg.grant('theirs', '{consumer.name}', 'send' or 'receive')"
+        )
+        assert conn.execute("SELECT count(*) FROM queue_pg.queue_stats").fetchone() == (1,)
+
+
 def test_a_grant_is_needed_besides_the_group(
     admin: Client, make_role: MakeRole, snapshot: Callable[[], Any], clean: str
 ) -> None:

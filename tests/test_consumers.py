@@ -211,3 +211,64 @@ def test_a_consumer_records_each_queue_it_received_from_once(
             "SELECT array_agg(name ORDER BY array_position(%s::int[], id)) FROM queue_pg.queues"
             " WHERE id = ANY (%s)", (ids[0] if ids else None, ids[0] if ids else None)).fetchone()
         assert names == (["a", "b"],)
+
+
+SPACE = 1903587664  # queue_pg._consumer_space()
+
+
+def test_a_session_that_lets_its_lock_go_registers_as_itself_and_never_as_a_lost_consumer(
+    client: Client, owner: psycopg.Connection[Any], clean: str
+) -> None:
+    """The session's own registration is found by its backend, not by the locks it holds: one
+    that unlocks its id and registers again gets its id (and lock) back, not a row more; one
+    that took a lost consumer's lock gets an id of its own."""
+    reg = session(clean)
+    me = client.register_consumer(reg)
+    for _ in range(3):
+        reg.execute("SELECT pg_advisory_unlock(%s, %s)", (SPACE, me))
+        assert client.register_consumer(reg) == me
+    assert owner.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (1,)
+    held = owner.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s AND granted",
+        (reg.info.backend_pid,)).fetchone()
+    assert held == (1,)
+    lost = session(clean)
+    lost_id = client.register_consumer(lost)
+    end(lost, owner)
+    with session(clean) as squatter:
+        squatter.execute("SELECT pg_advisory_lock(%s, %s)", (SPACE, lost_id))
+        own = client.register_consumer(squatter)
+        assert own not in (None, lost_id, me)
+    reg.close()
+
+
+def test_another_roles_consumer_cannot_be_named_and_a_held_consumer_row_stops_no_reap(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A receive naming another role's consumer is refused like an unknown one (it would update
+    that consumer's row, and an open transaction would hold it against the consumer's own
+    receives). A session that keeps its own consumer row locked stops no reap."""
+    client.create_queue("mine", visibility_timeout=600)
+    client.send_batch("mine", ["a", "b"])
+    hostile = make_role("hostile", CONSUMER)
+    client.grant("mine", hostile.name, "receive")
+    victim_reg = session(clean)
+    victim = client.register_consumer(victim_reg)
+    with hostile.connect() as h:
+        with pytest.raises(psycopg.Error) as err:
+            h.execute("SELECT * FROM queue_pg.receive('mine', 1, 600, consumer => %s)", (victim,))
+        assert err.value.sqlstate == "QP050"
+        assert f"not registered by role '{hostile.name}'" in str(err.value)
+        assert client.stats("mine").visible == 2
+        [(mine,)] = h.execute("SELECT queue_pg.register_consumer()").fetchall()
+        h.execute("SELECT pg_advisory_unlock(%s, %s)", (SPACE, mine))
+        h.execute("BEGIN")
+        h.execute("SELECT * FROM queue_pg.receive('mine', 1, 600, consumer => %s)", (mine,))
+        owner.execute("SET lock_timeout = '2s'")
+        try:
+            assert owner.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+        finally:
+            owner.execute("RESET lock_timeout")
+        h.execute("ROLLBACK")
+    assert client.receive("mine", 1, consumer=victim)  # the victim's receives go on
+    victim_reg.close()

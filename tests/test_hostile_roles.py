@@ -185,6 +185,35 @@ def test_a_limited_sweep_in_an_open_transaction_blocks_nobody(world: World) -> N
     assert world.count("SELECT count(*) FROM queue_pg.message_history WHERE outcome = 'deleted'") == 1
 
 
+def test_a_limited_sweep_in_an_open_transaction_holds_rows_of_its_own_queues_only(
+    world: World,
+) -> None:
+    """What a sweep deletes or updates stays locked until its transaction ends. A limited
+    role's sweep touches only the queues it has a grant on, and leaves rollups and tuning (one
+    holder at a time, for every queue) to sweeps of a role that manages every queue."""
+    world.admin.create_queue("dd", dedup_window=1)
+    world.admin.grant("dd", world.owner.info.user, "send")
+    world.admin.send("dd", "first", dedup_id="order-42")
+    world.admin.send(THEIRS, "short", ttl=0.2)
+    world.admin.send(MINE, "short", ttl=0.2)
+    world.owner.execute("SET queue_pg.tune_interval = '1s'")
+    world.owner.execute("SELECT queue_pg.sweep()")
+    tuned = world.count("SELECT at FROM queue_pg.tuning_runs")
+    time.sleep(1.2)  # the messages expired, the dedup id is forgotten, a tuning step is due
+    with psycopg.connect(world.producer.dsn) as sweeper:
+        assert sweeper.execute("SELECT queue_pg.sweep()").fetchone() == (1,)  # mine only
+        with psycopg.connect(world.owner.info.dsn, autocommit=True) as other:
+            other.execute("SET lock_timeout = '2s'")
+            other.execute("SET queue_pg.tune_interval = '1s'")
+            assert other.execute("SELECT queue_pg.sweep()").fetchone() == (1,)  # theirs
+            assert world.count("SELECT at FROM queue_pg.tuning_runs") > tuned
+            again = other.execute("SELECT queue_pg.send('dd', '\"again\"', dedup_id => 'order-42')")
+            assert again.fetchone() is not None
+        sweeper.rollback()
+    assert world.count("SELECT count(*) FROM queue_pg.messages WHERE queue_id = %s",
+                       queue_id(world, "dd")) == 2
+
+
 def test_holding_the_old_sweep_lock_key_stops_no_sweep(world: World) -> None:
     world.admin.send(MINE, "short", ttl=0.2)
     time.sleep(0.3)

@@ -135,8 +135,12 @@ def test_rate_limit_caps_starts_per_second_from_the_history(
     assert len(client.receive("free", 10)) == 5
     assert client.set_rate_limit("rated", None) is None
     assert "rate_limit" not in options(clean, "rated")
-    with pytest.raises(InvalidParameter, match="per_second = 0 is out of range"):
-        client.set_rate_limit("rated", 0)
+    for bad in (0, -1, float("nan"), 100_001):
+        with pytest.raises(InvalidParameter, match=(
+                r"per_second = \S+ is out of range: allowed more than 0 up to 100000 starts per second")):
+            client.set_rate_limit("rated", bad)
+    assert "rate_limit" not in options(clean, "rated")
+    assert client.set_rate_limit("rated", 0.0001) == 0.0001  # one start in ~3 hours: allowed
 
 
 def overlap(intervals: list[tuple[float, float]]) -> int:

@@ -28,7 +28,7 @@ def downgrade() -> None:
             queue_pg.send_staged(text, text, integer, integer, double precision, double precision),
             queue_pg._check_write_key(text, integer, integer), queue_pg._staging(),
             queue_pg._refuse_staged(queue_pg.queues, jsonb, jsonb, tid),
-            queue_pg._forget_writes(integer);
+            queue_pg._forget_writes(integer), queue_pg._forget_writes(integer, integer[]);
         DROP TABLE queue_pg.bulk_writes;
         """,
         origin="downgrade 0006",

@@ -28,6 +28,7 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg.register_consumer(text, integer);
         DROP FUNCTION IF EXISTS queue_pg.reap_consumers();
         DROP FUNCTION IF EXISTS queue_pg._consumer_space();
+        DROP FUNCTION IF EXISTS queue_pg._reap_batch();
         DROP FUNCTION IF EXISTS queue_pg._consumer_grace();
         DROP FUNCTION IF EXISTS queue_pg._interval_setting(text, interval, interval, interval);
         DROP FUNCTION IF EXISTS queue_pg._check_choice(text, text, text[], text);

@@ -206,18 +206,22 @@ RETURNS void LANGUAGE sql AS $$
     SELECT count(nextval(queue_pg._sequence(kind, queue_id))) FROM generate_series(1, n)
 $$;
 
--- Called by the view queue_stats as its reader: a SECURITY DEFINER entry point (sql/api/60_access.sql),
--- so it reads only these two kinds of counter.
+-- Called as its reader by the queue_stats view of revisions before 0005 (a downgrade makes that
+-- view again): a SECURITY DEFINER entry point (sql/api/60_access.sql), so it reads only these
+-- two kinds of counter, of queues the caller may see (NULL for the others and unknown ids).
 CREATE OR REPLACE FUNCTION queue_pg._stat_counter(kind text, queue_id integer) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
+    IF NOT queue_pg._sees(queue_id) THEN
+        RETURN NULL;
+    END IF;
     IF kind = 'lease_expiries' THEN  -- a table row: it rolls back with the receive
         RETURN coalesce((SELECT c.lease_expiries FROM queue_pg.queue_counters c
                          WHERE c.queue_id = _stat_counter.queue_id), 0);
     ELSIF kind <> 'stale_receipts' THEN
         RETURN NULL;
     END IF;
-    RETURN coalesce(pg_sequence_last_value(queue_pg._sequence(kind, queue_id)), 0);
+    RETURN coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', queue_id))), 0);
 END $$;
 
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's

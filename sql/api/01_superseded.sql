@@ -48,3 +48,7 @@ DROP FUNCTION IF EXISTS queue_pg._fifo_send(queue_pg.queues, jsonb[], jsonb[], t
 DROP FUNCTION IF EXISTS queue_pg._refuse_staged(queue_pg.queues, jsonb, jsonb, tid);
 -- flow counts are _count_flow's (plpgsql assignments, no statement)
 DROP FUNCTION IF EXISTS queue_pg._tally(text, bigint);
+-- sweep's scope (a limited role sweeps its own queues only)
+DROP FUNCTION IF EXISTS queue_pg._maintain(timestamptz);
+DROP FUNCTION IF EXISTS queue_pg._forget_writes(integer);
+DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);

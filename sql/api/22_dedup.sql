@@ -139,12 +139,13 @@ END $$;
 
 -- Forgets dedup ids whose window is over (a bounded batch, oldest first by dedup_expiry;
 -- concurrent sweeps and renewing sends are skipped). Called by queue_pg.sweep.
-CREATE OR REPLACE FUNCTION queue_pg._forget_dedup(at timestamptz, max_rows integer) RETURNS void
+CREATE OR REPLACE FUNCTION queue_pg._forget_dedup(at timestamptz, max_rows integer,
+                                                  scope integer[] DEFAULT NULL) RETURNS void
 LANGUAGE sql AS $$
     DELETE FROM queue_pg.dedup x
     WHERE x.ctid = ANY (ARRAY(
         SELECT y.ctid FROM queue_pg.dedup y
-        WHERE y.expires_at <= at
+        WHERE y.expires_at <= at AND (scope IS NULL OR y.queue_id = ANY (scope))
         ORDER BY y.expires_at
         LIMIT max_rows FOR UPDATE SKIP LOCKED))
 $$;

@@ -19,6 +19,11 @@ LANGUAGE sql STABLE AS $$
     SELECT queue_pg._interval_setting('queue_pg.consumer_grace', '1 second', '1 hour', '2 seconds')
 $$;
 
+-- The most lost consumers one reap handles (each costs a lock until the reap's transaction
+-- ends, from a lock table the whole server shares); the rest go to the next reap.
+CREATE OR REPLACE FUNCTION queue_pg._reap_batch() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 32 $$;
+
 -- Registers the calling session as a consumer and returns its id; the session holds the
 -- consumer's advisory lock until it ends. A session is one consumer: a second call returns the
 -- id it holds. `adopt`: the id this worker had on a connection it lost; it is kept (with the
@@ -37,17 +42,27 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('name is %s characters long: allowed 0 to 200 characters', length(name));
     END IF;
-    -- the session's own registration, if any (the lock table says which ids it holds)
-    SELECT c.id INTO me FROM pg_catalog.pg_locks l JOIN queue_pg.consumers c ON c.id = l.objid::integer
-    WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.classid::integer = space
-      AND l.objsubid = 2 AND l.granted AND l.database = (SELECT oid FROM pg_catalog.pg_database
-                                                         WHERE datname = current_database())
-    LIMIT 1;
+    -- The session's own registration, if any: the row this backend wrote (or adopted) since it
+    -- started, as this role. Not read from the lock table: a session that let its lock go could
+    -- register again and again (a row each), and one that took a lost consumer's lock would be
+    -- handed that consumer's id.
+    SELECT c.id INTO me FROM queue_pg.consumers c
+    WHERE c.pid = pg_backend_pid() AND c.role = caller
+      AND c.registered_at >= (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a
+                              WHERE a.pid = pg_backend_pid())
+    ORDER BY c.id LIMIT 1;
     IF me IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                       WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                         AND l.classid::integer = space AND l.objid::integer = me
+                         AND l.objsubid = 2 AND l.granted) THEN
+            PERFORM pg_try_advisory_lock(space, me);  -- let go: taken again (held: not stacked)
+        END IF;
         RETURN me;
     END IF;
     IF adopt IS NOT NULL AND pg_try_advisory_lock(space, adopt) THEN
         UPDATE queue_pg.consumers c SET pid = pg_backend_pid(), lost_at = NULL,
+                                        registered_at = clock_timestamp(),
                                         name = coalesce(register_consumer.name, c.name)
         WHERE c.id = adopt AND c.role = caller
         RETURNING c.id INTO me;
@@ -69,12 +84,15 @@ BEGIN
 END $$;
 
 -- Unknown consumer ids are refused (QP050): a receive that names one would record leases no
--- reap could ever end early, and nothing would say so.
+-- reap could ever end early, and nothing would say so. So is another role's consumer: its row
+-- is no business of the caller's (a receive that names a consumer may update its row, and an
+-- open transaction would then hold that row against its owner's receives and every reap).
 CREATE OR REPLACE FUNCTION queue_pg._consumer_unknown(consumer integer) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'QP050',
-        MESSAGE = format('consumer = %s is not registered (or was reaped): register_consumer() gives an id', consumer);
+        MESSAGE = format('consumer = %s is not registered by role %s (or was reaped): register_consumer() gives an id',
+                         consumer, quote_literal(queue_pg._caller()));
 END $$;
 
 -- Whether the consumer has received from queue_id before (NULL consumer: true). plpgsql, so its
@@ -88,7 +106,8 @@ BEGIN
     IF consumer IS NULL THEN
         RETURN true;
     END IF;
-    SELECT _consumer_on.queue_id = ANY (c.queue_ids) INTO seen FROM queue_pg.consumers c WHERE c.id = consumer;
+    SELECT _consumer_on.queue_id = ANY (c.queue_ids) INTO seen FROM queue_pg.consumers c
+    WHERE c.id = consumer AND c.role = queue_pg._caller();
     IF NOT FOUND THEN
         RETURN queue_pg._consumer_unknown(consumer);
     END IF;
@@ -138,7 +157,9 @@ END $$;
 -- marks those just found gone. A consumer's lock is tried with pg_try_advisory_xact_lock: free
 -- means its session ended; held by a live session (or by a reap or adoption under way) it is
 -- left alone. The caller's own session is skipped (its lock is its own, so the try would
--- succeed). The number of leases ended.
+-- succeed). A consumer row another transaction holds is left for a later reap, so a session
+-- that keeps one locked stops no reap; and a reap takes at most _reap_batch() consumers' locks,
+-- however many there are to look at. The number of leases ended.
 CREATE OR REPLACE FUNCTION queue_pg.reap_consumers() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -148,10 +169,15 @@ DECLARE
     n timestamptz := queue_pg._now();
     c record;
     ended integer := 0;
+    taken integer := 0;
 BEGIN
     FOR c IN SELECT k.id, k.lost_at, k.queue_ids FROM queue_pg.consumers k
-             WHERE k.pid <> pg_backend_pid() ORDER BY k.id LOOP
+             WHERE k.pid <> pg_backend_pid() ORDER BY k.lost_at NULLS LAST, k.id LOOP
+        EXIT WHEN taken >= queue_pg._reap_batch();
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(space, c.id);
+        taken := taken + 1;
+        PERFORM 1 FROM queue_pg.consumers k WHERE k.id = c.id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
         IF c.lost_at IS NULL OR c.lost_at > real THEN
             UPDATE queue_pg.consumers k SET lost_at = real WHERE k.id = c.id;
         ELSIF c.lost_at <= real - grace THEN

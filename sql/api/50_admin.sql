@@ -122,16 +122,24 @@ END $$;
 
 -- Deletes expired messages (a bounded batch; concurrent sweeps skip each other's rows) and keeps
 -- history (_history_maintenance). Expiry follows the queue clock, which only the owner can move.
+-- A caller who does not manage every queue sweeps only the queues it has a grant on (`scope`),
+-- and leaves the work of all queues (rollups, tuning) to those who do: what a sweep deletes or
+-- updates stays locked while its transaction is open, and a limited role may hold only rows of
+-- its own queues that way.
 CREATE OR REPLACE FUNCTION queue_pg.sweep(max_rows integer DEFAULT 10000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     at timestamptz := queue_pg._now();
     cnt bigint;
+    scope integer[];  -- NULL: every queue
 BEGIN
     PERFORM queue_pg._check('max_rows', max_rows, 1, 1000000, 'rows');
+    IF queue_pg._denied(NULL, 'manage') IS NOT NULL THEN
+        scope := ARRAY(SELECT q.id FROM queue_pg.queues q WHERE queue_pg._sees(q.id));
+    END IF;
     WITH e AS (
         SELECT m.id FROM queue_pg.messages m
-        WHERE m.expires_at <= at
+        WHERE m.expires_at <= at AND (scope IS NULL OR m.queue_id = ANY (scope))
         ORDER BY m.expires_at
         LIMIT max_rows
         FOR UPDATE SKIP LOCKED
@@ -145,9 +153,10 @@ BEGIN
     )
     SELECT count(*) INTO cnt FROM d;
     PERFORM queue_pg._history_maintenance(max_rows);
-    PERFORM queue_pg._maintain(at);  -- samples for queue_stats, auto-tuning (sql/api/56_tuning.sql)
-    PERFORM queue_pg._forget_writes(max_rows);
-    PERFORM queue_pg._forget_dedup(at, max_rows);  -- sql/api/22_dedup.sql
+    -- samples for queue_stats, rollups, auto-tuning (sql/api/56_tuning.sql)
+    PERFORM queue_pg._maintain(at, scope IS NULL);
+    PERFORM queue_pg._forget_writes(max_rows, scope);
+    PERFORM queue_pg._forget_dedup(at, max_rows, scope);  -- sql/api/22_dedup.sql
     PERFORM queue_pg._redrive_steps(max_rows, at);  -- redrive tasks, sql/api/57_redrive.sql
     RETURN cnt;
 END $$;

@@ -41,7 +41,9 @@ BEGIN
         RETURN NULL;
     END IF;
     IF NOT (per_second > 0 AND per_second <= 100000) THEN  -- NaN too
-        PERFORM queue_pg._out_of_range('per_second', per_second, 0.001, 100000, 'starts per second');
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('per_second = %s is out of range: allowed more than 0 up to 100000 starts per second',
+                             per_second);
     END IF;
     INSERT INTO queue_pg.rate_limits AS b (queue_id, per_second, tokens, at)
     VALUES (q.id, per_second, greatest(per_second, 1), queue_pg._now())

@@ -92,7 +92,10 @@ BEGIN
         WHERE m.source_queue_id IS NOT NULL GROUP BY m.source_queue_id
     ) d ON d.source_queue_id = q.id
     ON CONFLICT DO NOTHING;
-    DELETE FROM queue_pg.queue_samples s WHERE s.at < _sample.at - interval '2 hours';
+    -- rows another sweep is deleting are skipped (its transaction may stay open): none waits
+    DELETE FROM queue_pg.queue_samples s
+    WHERE s.ctid = ANY (ARRAY(SELECT x.ctid FROM queue_pg.queue_samples x
+                              WHERE x.at < _sample.at - interval '2 hours' FOR UPDATE SKIP LOCKED));
 END $$;
 
 -- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
@@ -177,13 +180,24 @@ END $$;
 -- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
 CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
 
--- Replaced by _stat_counter (the view above reads its figures itself); an older view used it.
+-- An older view read its counters through this; the view above reads them itself.
 DROP FUNCTION IF EXISTS queue_pg._counted(text, integer);
 
+-- One queue's row of queue_stats. A queue the caller has no grant on is AccessDenied, not an
+-- empty answer: the caller asked for that queue by name, and "no row" reads as a broken install.
 CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
 BEGIN
-    RETURN QUERY SELECT * FROM queue_pg._queue_stats((queue_pg._queue(queue)).id);
+    IF NOT queue_pg._sees(q.id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s needs a grant on queue %s to read its figures',
+                             quote_literal(queue_pg._caller()), quote_literal(left(q.name, 100))),
+            HINT = format('a manager of the queue runs queue_pg.grant(%s, %s, ''send'' or ''receive'')',
+                          quote_literal(left(q.name, 100)), quote_literal(queue_pg._caller()));
+    END IF;
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats(q.id);
 END $$;
 
 -- The messages now leased: no bodies.

@@ -257,16 +257,21 @@ BEGIN
         CASE WHEN tune.queue IS NULL THEN NULL ELSE (queue_pg._queue(tune.queue, 'manage')).id END, apply, true);
 END $$;
 
--- Run by sweep, whoever calls it: a sample for queue_stats (at most every 15 s), the history's
--- per-minute rollups (57_rollups.sql: at most 20,000 history rows a call), and a tuning step of
--- the auto_tune queues (at most once per _tune_interval(), default a minute; the mark kept in
--- the samples' clock).
-CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz) RETURNS void
+-- Run by sweep: a sample for queue_stats (at most every 15 s), whoever sweeps; and for a caller
+-- who manages every queue (`all_queues`), the history's per-minute rollups (57_rollups.sql: at
+-- most 20,000 history rows a call) and a tuning step of the auto_tune queues (at most once per
+-- _tune_interval(), default a minute; the mark kept in the samples' clock). Each of those two
+-- has one holder at a time (a row lock taken with SKIP LOCKED, held to the end of the sweep's
+-- transaction): a limited role leaving that transaction open would stop them for every queue.
+CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz, all_queues boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     last timestamptz;
 BEGIN
     PERFORM queue_pg._sample(at);
+    IF NOT all_queues THEN
+        RETURN;
+    END IF;
     PERFORM queue_pg._rollup_history(at, 20000);
     PERFORM queue_pg._forget_rollups(clock_timestamp(), 10000);
     -- a row lock no other role can take; a sweep that finds it taken leaves tuning to its holder

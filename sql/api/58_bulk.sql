@@ -126,12 +126,14 @@ END $$;
 -- Forgets keys older than their queue's history_retention, on the real clock (a bounded batch;
 -- concurrent sweeps skip each other's rows): what a producer's keys grow is bounded by time as
 -- its messages' history is. Called by queue_pg.sweep.
-CREATE OR REPLACE FUNCTION queue_pg._forget_writes(max_rows integer) RETURNS void
+CREATE OR REPLACE FUNCTION queue_pg._forget_writes(max_rows integer, scope integer[] DEFAULT NULL)
+RETURNS void
 LANGUAGE sql AS $$
     DELETE FROM queue_pg.bulk_writes w
     WHERE w.ctid = ANY (ARRAY(
         SELECT x.ctid FROM queue_pg.bulk_writes x
         JOIN queue_pg.queues q ON q.id = x.queue_id
         WHERE x.written_at < clock_timestamp() - queue_pg._seconds(q.history_retention)
+          AND (scope IS NULL OR x.queue_id = ANY (scope))
         LIMIT max_rows FOR UPDATE OF x SKIP LOCKED))
 $$;
