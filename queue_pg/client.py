@@ -506,18 +506,20 @@ class Client(ClientBase):
         attributes: Mapping[str, JSON] | None = None, missed: str = "skip", catch_up: int = 10,
         grace: float = 60.0, conn: Connection | None = None,
     ) -> periodic.ScheduleInfo:
-        """Creates or updates schedule ``name``: ``body`` sent to ``queue`` at each tick of the cron
-        expression ``cron`` in time zone ``tz``; a schedule whose queue, cron and tz stay keeps
-        its next run. Late ticks (past ``grace`` seconds): ``missed`` 'skip' or 'catch_up' (the
-        latest ``catch_up`` of them).
+        """Creates or updates schedule ``name`` of ``queue`` (a name is its queue's own): ``body``
+        sent to ``queue`` at each tick of the cron expression ``cron`` in time zone ``tz``; a
+        schedule whose cron and tz stay keeps its next run. Late ticks (past ``grace`` seconds):
+        ``missed`` 'skip' or 'catch_up' (the latest ``catch_up`` of them).
         """
         return self._run(periodic.set_schedule(
             name, queue, cron, body, tz=tz, attributes=attributes, missed=missed,
             catch_up=catch_up, grace=grace), conn)
 
-    def drop_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
-        """Removes schedule ``name``; true when it existed."""
-        return self._run(periodic.drop_schedule(name), conn)
+    def drop_schedule(
+        self, name: str, queue: str, *, conn: Connection | None = None
+    ) -> bool:
+        """Removes schedule ``name`` of ``queue``; true when it existed."""
+        return self._run(periodic.drop_schedule(name, queue), conn)
 
     def fire_schedules(
         self, queues: Sequence[str] | None = None, *, conn: Connection | None = None

@@ -159,9 +159,9 @@ def set_schedule(
     )
 
 
-def drop_schedule(name: str) -> Call[bool]:
-    return Call("select queue_pg.drop_schedule(%(name)s::text)", {"name": name},
-                lambda columns, rows: bool(rows[0][0]))
+def drop_schedule(name: str, queue: str) -> Call[bool]:
+    return Call("select queue_pg.drop_schedule(%(name)s::text, %(queue)s::text)",
+                {"name": name, "queue": queue}, lambda columns, rows: bool(rows[0][0]))
 
 
 def fire_schedules(queues: Sequence[str] | None = None) -> Call[list[Fired]]:

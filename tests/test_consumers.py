@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from queue_pg import Client, ConsumerNotFound, InvalidParameter
-from tests.test_access import CONSUMER, MakeRole, make_role  # noqa: F401
+from tests.test_access import CONSUMER, MakeRole, Role, as_user, make_role  # noqa: F401
 
 GRACE = 2.0  # queue_pg._consumer_grace() by default
 
@@ -140,9 +140,10 @@ def test_bad_input_is_refused_and_changes_nothing(
 def test_a_limited_role_reaps_only_the_dead_and_cannot_adopt_another_roles_consumer(
     client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
 ) -> None:
-    """A member of queue_pg_consumer with a grant on one queue: its reaps end no lease of a
-    live consumer of another queue, and adopting a lost consumer of another role gives it an id
-    of its own (the lost one's leases still end)."""
+    """A member of queue_pg_consumer with a grant on one queue: its reaps look only at its own
+    consumers and those of its queue, so they end no lease of another queue's consumer, live or
+    lost (the owner's reap does); adopting a lost consumer of another role gives it an id of its
+    own (the lost one's leases still end)."""
     client.create_queue("mine", visibility_timeout=600)
     client.create_queue("theirs", visibility_timeout=600)
     hostile = make_role("hostile", CONSUMER)
@@ -157,13 +158,18 @@ def test_a_limited_role_reaps_only_the_dead_and_cannot_adopt_another_roles_consu
     client.receive("theirs", 1, consumer=lost_id)
     end(lost, owner)
     with hostile.connect() as h:
-        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)  # marks
+        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+        assert owner.execute("SELECT count(*) FROM queue_pg.consumers WHERE lost_at IS NOT NULL"
+                             ).fetchone() == (0,)  # not its business
+        assert client.reap_consumers() == 0  # the owner's marks it
         mine = h.execute("SELECT queue_pg.register_consumer(NULL, %s)", (lost_id,)).fetchone()
         assert mine is not None and mine[0] not in (None, lost_id, live_id)
         time.sleep(GRACE + 0.2)
         # a session cannot shorten the grace below a second
         h.execute("SET queue_pg.consumer_grace = '0'")
-        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (1,)
+        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+        assert client.stats("theirs").in_flight == 2
+    assert client.reap_consumers() == 1
     assert client.stats("theirs").in_flight == 1  # the live one's lease stands
     live.close()
 
@@ -239,6 +245,14 @@ def test_a_session_that_lets_its_lock_go_registers_as_itself_and_never_as_a_lost
         squatter.execute("SELECT pg_advisory_lock(%s, %s)", (SPACE, lost_id))
         own = client.register_consumer(squatter)
         assert own not in (None, lost_id, me)
+        # a session whose let-go lock another took gets no id (not one whose lock it lacks)
+        reg.execute("SELECT pg_advisory_unlock(%s, %s)", (SPACE, me))
+        squatter.execute("SELECT pg_advisory_lock(%s, %s)", (SPACE, me))
+        assert client.register_consumer(reg) is None
+        squatter.execute("SELECT pg_advisory_unlock(%s, %s)", (SPACE, me))
+        assert client.register_consumer(reg) == me
+    # no row more: this session's, the lost one's, the squatter's own
+    assert owner.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (3,)
     reg.close()
 
 
@@ -272,3 +286,207 @@ def test_another_roles_consumer_cannot_be_named_and_a_held_consumer_row_stops_no
         h.execute("ROLLBACK")
     assert client.receive("mine", 1, consumer=victim)  # the victim's receives go on
     victim_reg.close()
+
+
+def test_rows_held_by_another_transaction_and_squatted_locks_hide_no_lost_consumer(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A limited role registers 40 sessions that end, then keeps their rows locked in an open
+    transaction (a first receive naming each updates its row), and holds the advisory lock of a
+    lost consumer of another role: a reap still finds the victim's session gone and ends its
+    lease after the grace, as it would with nothing held (the held rows cost it no place in its
+    batch of 32, the squatted lock no say over a session the server knows is gone)."""
+    client.create_queue("mine", visibility_timeout=600)
+    client.create_queue("theirs", visibility_timeout=600)
+    hostile = make_role("hostile", CONSUMER)
+    client.grant("mine", hostile.name, "receive")
+    ids = []
+    for _ in range(40):
+        with hostile.connect() as h:
+            [(cid,)] = h.execute("SELECT queue_pg.register_consumer()").fetchall()
+            ids.append(cid)
+    victim_reg = session(clean)
+    victim = client.register_consumer(victim_reg)
+    assert victim > max(ids)  # ordered after every held row
+    client.send("theirs", "v")
+    (m,) = client.receive("theirs", 1, consumer=victim)
+    with hostile.connect() as holder, hostile.connect() as squatter:
+        holder.execute("BEGIN")
+        for cid in ids:
+            holder.execute("SELECT * FROM queue_pg.receive('mine', 1, 600, consumer => %s)", (cid,))
+        end(victim_reg, owner)
+        squatter.execute("SELECT pg_advisory_lock(%s, %s)", (SPACE, victim))
+        assert sum(reap_until(client, GRACE + 1.0)) == 1
+        (back,) = client.receive("theirs", 1)
+        assert back.id == m.id and back.receive_count == 2
+        assert owner.execute("SELECT count(*) FROM queue_pg.consumers WHERE id = %s",
+                             (victim,)).fetchone() == (0,)
+        holder.execute("ROLLBACK")
+    # the rows let go, the 40 are reaped like any lost consumer
+    reap_until(client, GRACE + 1.0)
+    assert owner.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (0,)
+
+
+def test_a_reap_reads_the_sessions_afresh_even_inside_an_old_transaction(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A transaction keeps its first read of pg_stat_activity: a limited role that read it, then
+    reaped in the same transaction after a consumer of its queue registered, would have found
+    that live consumer gone and ended its lease. Each reap reads the sessions afresh."""
+    client.create_queue("mine", visibility_timeout=600)
+    client.send("mine", "v")
+    hostile = make_role("hostile", CONSUMER)
+    client.grant("mine", hostile.name, "receive")
+    with hostile.connect() as h:
+        h.execute("BEGIN")
+        h.execute("SELECT count(*) FROM pg_stat_activity")
+        victim_reg = session(clean)
+        victim = client.register_consumer(victim_reg)
+        client.receive("mine", 1, consumer=victim)
+        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+        h.execute("SELECT pg_sleep(%s)", (GRACE + 0.3,))
+        assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+        h.execute("COMMIT")
+    assert owner.execute("SELECT lost_at FROM queue_pg.consumers WHERE id = %s",
+                         (victim,)).fetchone() == (None,)
+    assert client.stats("mine").in_flight == 1
+    assert client.receive("mine", 1, consumer=victim) == []  # still registered
+    victim_reg.close()
+
+
+def test_an_adoption_waits_for_no_reap_kept_open(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A limited role whose reap (in a transaction it keeps open) holds the row of a lost
+    consumer of its queue: that consumer's worker, back within the grace, does not hang on its
+    adoption; it gets an id of its own at once."""
+    client.create_queue("mine", visibility_timeout=600)
+    hostile = make_role("hostile", CONSUMER)
+    client.grant("mine", hostile.name, "receive")
+    reg = session(clean)
+    me = client.register_consumer(reg)
+    client.receive("mine", 1, consumer=me)  # in the hostile's scope: a consumer of its queue
+    end(reg, owner)
+    with hostile.connect() as h, session(clean) as back:
+        h.execute("BEGIN")
+        h.execute("SELECT queue_pg.reap_consumers()")  # marks it, and holds the row
+        back.execute("SET lock_timeout = '2s'")
+        again = client.register_consumer(back, adopt=me)
+        assert again not in (None, me)
+        h.execute("ROLLBACK")
+
+
+def test_a_limited_reap_takes_only_consumers_all_of_whose_queues_it_may_receive_from(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """Role a may receive from q1; role b from q1 and q2. A lost consumer of b that received from
+    both is not a's to reap (a reap ends its leases on every queue it used, and one kept open
+    would hold them); one that never received is. The owner's sweep reaps what no limited role
+    does."""
+    client.create_queue("q1", visibility_timeout=600)
+    client.create_queue("q2", visibility_timeout=600)
+    a = make_role("a", CONSUMER)
+    b = make_role("b", CONSUMER)
+    client.grant("q1", a.name, "receive")
+    for q in ("q1", "q2"):
+        client.grant(q, b.name, "receive")
+    client.send("q2", "job")
+    both = b.connect()
+    [(both_id,)] = both.execute("SELECT queue_pg.register_consumer()").fetchall()
+    both.execute("SELECT * FROM queue_pg.receive('q1', 1, 600, consumer => %s)", (both_id,))
+    assert both.execute("SELECT count(*) FROM queue_pg.receive('q2', 1, 600, consumer => %s)",
+                        (both_id,)).fetchone() == (1,)
+    idle = b.connect()
+    [(idle_id,)] = idle.execute("SELECT queue_pg.register_consumer()").fetchall()
+    assert idle_id is not None
+    end(both, owner)
+    end(idle, owner)
+    with a.connect() as h:
+        for _ in range(2):
+            assert h.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+            time.sleep(GRACE + 0.2)
+        left = owner.execute("SELECT id, lost_at IS NULL FROM queue_pg.consumers ORDER BY id"
+                             ).fetchall()
+        assert left == [(both_id, True)]  # the idle one reaped, the other untouched
+    assert client.stats("q2").in_flight == 1
+    with psycopg.connect(clean, autocommit=True) as o:
+        o.execute("SELECT queue_pg.sweep()")  # marks
+        time.sleep(GRACE + 0.2)
+        o.execute("SELECT queue_pg.sweep()")  # ends
+    assert client.stats("q2").visible == 1
+    assert owner.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (0,)
+
+
+def test_a_role_that_leaves_many_lost_consumers_delays_no_other_roles(
+    client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A reap handles 32 lost consumers, each role's first before any role's second: 100 a
+    limited role left behind (sessions opened, registered and closed) do not keep the first reap
+    from finding another role's consumer that died after them."""
+    hostile = make_role("hostile", CONSUMER)
+    for _ in range(100):
+        with hostile.connect() as h:
+            h.execute("SELECT queue_pg.register_consumer()")
+    victim_reg = session(clean)
+    victim = client.register_consumer(victim_reg)
+    end(victim_reg, owner)
+    client.reap_consumers()
+    lost = owner.execute("SELECT lost_at IS NOT NULL FROM queue_pg.consumers WHERE id = %s",
+                         (victim,)).fetchone()
+    assert lost == (True,)
+    assert owner.execute("SELECT count(*) FROM queue_pg.consumers WHERE lost_at IS NOT NULL"
+                         ).fetchone() == (32,)
+
+
+def test_an_owner_that_cannot_read_other_sessions_start_asks_their_lock(
+    make_role: MakeRole, scratch: str  # noqa: F811
+) -> None:
+    """Installed by a role that may not read other roles' backend_start: the reap cannot tell a
+    consumer's session from a later one with its pid, and tries its lock. A live consumer of
+    another role keeps its lease; once its backend is gone its lease ends after the grace."""
+    from psycopg import sql as psql
+
+    from queue_pg.install import migrate
+
+    own = make_role("owner")
+    dbname = str(psycopg.conninfo.conninfo_to_dict(scratch)["dbname"])
+    with psycopg.connect(scratch, autocommit=True) as su:
+        su.execute(psql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+            psql.Identifier(dbname), psql.Identifier(own.name)))
+        own_dsn = as_user(scratch, own.name)
+        migrate(own_dsn)
+        name = make_role("worker", CONSUMER).name
+        worker = Role(name, as_user(scratch, name))
+        with Client(own_dsn, sweep_interval=None) as c:
+            c.create_queue("jobs", visibility_timeout=600)
+            c.send("jobs", "x")
+            c.grant("jobs", name, "receive")
+            reg = worker.connect()
+            [(me,)] = reg.execute("SELECT queue_pg.register_consumer()").fetchall()
+            reg.execute("SELECT * FROM queue_pg.receive('jobs', 1, 600, consumer => %s)", (me,))
+            with psycopg.connect(own_dsn, autocommit=True) as o:
+                seen = o.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = %s",
+                                 (reg.info.backend_pid,)).fetchone()
+            assert seen == (None,)  # the owner cannot read it
+            assert sum(reap_until(c, GRACE + 0.6)) == 0
+            # its own session neither registers twice nor reaps itself
+            assert reg.execute("SELECT queue_pg.register_consumer()").fetchone() == (me,)
+            for _ in range(3):
+                assert reg.execute("SELECT queue_pg.reap_consumers()").fetchone() == (0,)
+                time.sleep(GRACE / 2)
+            # a reap held open locks no live consumer's row: its first receive on a queue
+            # (which writes that row) goes through
+            c.create_queue("more")
+            c.grant("more", name, "receive")
+            with worker.connect() as other:
+                other.execute("BEGIN")
+                other.execute("SELECT queue_pg.reap_consumers()")
+                reg.execute("SET lock_timeout = '2s'")
+                reg.execute("SELECT * FROM queue_pg.receive('more', 1, 600, consumer => %s)", (me,))
+                other.execute("ROLLBACK")
+            assert c.stats("jobs").in_flight == 1
+            assert su.execute("SELECT count(*), bool_and(lost_at IS NULL) FROM queue_pg.consumers"
+                              ).fetchone() == (1, True)
+            end(reg, su)
+            assert sum(reap_until(c, GRACE + 1.0)) == 1
+            assert c.stats("jobs").visible == 1

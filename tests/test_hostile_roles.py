@@ -452,7 +452,7 @@ def test_a_limited_role_cannot_set_or_move_schedules_of_queues_it_does_not_manag
         w.run(w.producer, "SELECT * FROM queue_pg.set_schedule('mine-tick', %s, '* * * * * *', '{}')",
               MINE)
     with pytest.raises(AccessDenied):
-        w.run(w.producer, "SELECT queue_pg.drop_schedule('theirs-tick')")
+        w.run(w.producer, "SELECT queue_pg.drop_schedule('theirs-tick', %s)", THEIRS)
     w.owner.execute("UPDATE queue_pg.periodic SET next_run = now() - interval '1 second'")
     fired = w.run(w.producer, "SELECT schedule FROM queue_pg.fire_schedules()")
     assert fired == [("mine-tick",)]
@@ -460,3 +460,28 @@ def test_a_limited_role_cannot_set_or_move_schedules_of_queues_it_does_not_manag
     assert w.count("SELECT count(*) FROM queue_pg.periodic WHERE next_run <= now()") == 1
     with pytest.raises(AccessDenied):
         w.run(w.producer, "SELECT * FROM queue_pg.periodic")
+
+
+def test_a_schedule_name_is_its_queues_so_no_role_can_take_one_or_find_where_it_is(
+    world: World,
+) -> None:
+    """A role that manages one queue registers a schedule under the name another queue's task
+    uses first: that queue's registration still succeeds (its own row), both fire, each to its
+    queue. Dropping names the queue: a queue the caller does not manage is refused whether the
+    name is there or not, so the answer tells nothing of where a name is."""
+    w = world
+    w.admin.grant(MINE, w.producer.name, "manage")
+    w.run(w.producer, "SELECT * FROM queue_pg.set_schedule('reports.nightly', %s, '* * * * *', '1')",
+          MINE)
+    info = w.admin.set_schedule("reports.nightly", THEIRS, "* * * * *", {"theirs": 1})
+    assert info.created
+    w.owner.execute("UPDATE queue_pg.periodic SET next_run = now() - interval '1 second'")
+    fired = sorted((f.schedule, f.queue) for f in w.admin.fire_schedules())
+    assert fired == [("reports.nightly", MINE), ("reports.nightly", THEIRS)]
+    assert [m.body for m in w.admin.peek(THEIRS)] == [{"theirs": 1}]
+    for name in ("reports.nightly", "no-such-schedule"):
+        with pytest.raises(AccessDenied, match="needs privilege manage"):
+            w.run(w.producer, "SELECT queue_pg.drop_schedule(%s, %s)", name, THEIRS)
+    assert w.run(w.producer, "SELECT queue_pg.drop_schedule('no-such-schedule', %s)", MINE) == [(False,)]
+    assert w.run(w.producer, "SELECT queue_pg.drop_schedule('reports.nightly', %s)", MINE) == [(True,)]
+    assert [(s.schedule, s.queue) for s in w.admin.schedules()] == [("reports.nightly", THEIRS)]

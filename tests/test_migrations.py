@@ -172,6 +172,30 @@ def test_downgrade_of_access_control_and_up_again(scratch: str) -> None:
     assert current_revision(scratch) is None
 
 
+def test_downgrade_below_per_queue_schedule_names_refuses_a_name_two_queues_use(
+    scratch: str,
+) -> None:
+    """Revision 0014 keys schedules by (queue, name); going back below it needs names unique
+    again: the downgrade stops, naming the schedule and its queues, and changes nothing."""
+    migrate(scratch)
+    with queue_pg.Client(scratch, sweep_interval=None) as client:
+        for q in ("a", "b"):
+            client.create_queue(q)
+            client.set_schedule("nightly", q, "0 3 * * *", {"q": q})
+    with pytest.raises(Exception, match=r"nightly \(queues a, b\)"):
+        downgrade(scratch, "0013")
+    assert current_revision(scratch) == head_revision()
+    with queue_pg.Client(scratch, sweep_interval=None) as client:
+        assert client.drop_schedule("nightly", "b")
+    downgrade(scratch, "0013")
+    with psycopg.connect(scratch, autocommit=True) as c:
+        assert c.execute("SELECT name FROM queue_pg.periodic").fetchall() == [("nightly",)]
+    assert migrate(scratch).after == head_revision()
+    with queue_pg.Client(scratch, sweep_interval=None) as client:
+        assert [(s.schedule, s.queue) for s in client.schedules()] == [("nightly", "a")]
+        assert client.set_schedule("nightly", "b", "0 3 * * *", {}).created
+
+
 def test_install_script_gives_a_working_install_that_migrate_leaves_alone(scratch: str) -> None:
     script = install_script()
     assert script.count("BEGIN;") == 1 and script.rstrip().endswith("COMMIT;")

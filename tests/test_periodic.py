@@ -78,7 +78,7 @@ def test_registering_again_keeps_the_next_run_and_a_new_cron_restarts_it(
     assert not again.created and again.next_run == at("2020-01-01 00:00:00+00")
     moved = client.set_schedule("s", "q", "0 4 * * *", {"a": 2})
     assert moved.next_run > datetime.now(UTC) and moved.next_run.minute == 0
-    assert client.drop_schedule("s") and not client.drop_schedule("s")
+    assert client.drop_schedule("s", "q") and not client.drop_schedule("s", "q")
 
 
 def _late(conn: psycopg.Connection, name: str, ticks_ago: int) -> None:

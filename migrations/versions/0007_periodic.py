@@ -26,7 +26,7 @@ def downgrade() -> None:
         """
         DROP VIEW IF EXISTS queue_pg.schedules;
         DROP FUNCTION IF EXISTS queue_pg._schedules(), queue_pg.fire_schedules(text[]),
-            queue_pg.drop_schedule(text),
+            queue_pg.drop_schedule(text), queue_pg.drop_schedule(text, text),
             queue_pg.set_schedule(text, text, text, jsonb, text, jsonb, text, integer,
                                   double precision),
             queue_pg._check_cron(text, text, timestamptz),

@@ -52,3 +52,5 @@ DROP FUNCTION IF EXISTS queue_pg._tally(text, bigint);
 DROP FUNCTION IF EXISTS queue_pg._maintain(timestamptz);
 DROP FUNCTION IF EXISTS queue_pg._forget_writes(integer);
 DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
+-- a schedule's name is its queue's (revision 0014): dropping one names the queue
+DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);

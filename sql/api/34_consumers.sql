@@ -19,8 +19,9 @@ LANGUAGE sql STABLE AS $$
     SELECT queue_pg._interval_setting('queue_pg.consumer_grace', '1 second', '1 hour', '2 seconds')
 $$;
 
--- The most lost consumers one reap handles (each costs a lock until the reap's transaction
--- ends, from a lock table the whole server shares); the rest go to the next reap.
+-- The most lost consumers one reap handles (each holds its row, and may take a lock from the
+-- lock table the whole server shares, until the reap's transaction ends); the rest go to the
+-- next reap.
 CREATE OR REPLACE FUNCTION queue_pg._reap_batch() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 32 $$;
 
@@ -37,6 +38,8 @@ DECLARE
     space integer := queue_pg._consumer_space();
     caller name := queue_pg._caller();
     me integer;
+    started timestamptz;
+    held boolean;
 BEGIN
     IF length(name) > 200 THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
@@ -45,26 +48,45 @@ BEGIN
     -- The session's own registration, if any: the row this backend wrote (or adopted) since it
     -- started, as this role. Not read from the lock table: a session that let its lock go could
     -- register again and again (a row each), and one that took a lost consumer's lock would be
-    -- handed that consumer's id.
+    -- handed that consumer's id. Where the function's owner may not read this session's start
+    -- (no pg_read_all_stats: it is the owner that reads it here), the latest row of this pid and
+    -- role: at worst a dead earlier backend's of the same pid and role, which that role could
+    -- adopt anyway.
+    started := (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_backend_pid());
     SELECT c.id INTO me FROM queue_pg.consumers c
     WHERE c.pid = pg_backend_pid() AND c.role = caller
-      AND c.registered_at >= (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a
-                              WHERE a.pid = pg_backend_pid())
-    ORDER BY c.id LIMIT 1;
+      AND (started IS NULL OR c.registered_at >= started)
+    ORDER BY c.id DESC LIMIT 1;
     IF me IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-                       WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                         AND l.classid::integer = space AND l.objid::integer = me
-                         AND l.objsubid = 2 AND l.granted) THEN
-            PERFORM pg_try_advisory_lock(space, me);  -- let go: taken again (held: not stacked)
+        held := EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                        WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                          AND l.classid::integer = space AND l.objid::integer = me
+                          AND l.objsubid = 2 AND l.granted);
+        -- let go: taken again (held: not stacked); held by another session: no id, rather than
+        -- an id whose lock this session does not hold (nor a row more)
+        IF NOT held AND NOT pg_try_advisory_lock(space, me) THEN
+            RETURN NULL;
+        END IF;
+        IF started IS NULL THEN
+            -- maybe an earlier backend's: taken over as by an adoption (a reap that read it
+            -- before finds it changed); while another transaction holds it, no id
+            UPDATE queue_pg.consumers c SET lost_at = NULL, registered_at = clock_timestamp()
+            WHERE c.id = (SELECT k.id FROM queue_pg.consumers k WHERE k.id = me FOR UPDATE SKIP LOCKED);
+            IF NOT FOUND AND NOT held THEN
+                PERFORM pg_advisory_unlock(space, me);
+                RETURN NULL;
+            END IF;
         END IF;
         RETURN me;
     END IF;
     IF adopt IS NOT NULL AND pg_try_advisory_lock(space, adopt) THEN
+        -- a row another transaction holds (a reap under way, or one kept open) is not waited
+        -- for: the caller gets an id of its own
         UPDATE queue_pg.consumers c SET pid = pg_backend_pid(), lost_at = NULL,
                                         registered_at = clock_timestamp(),
                                         name = coalesce(register_consumer.name, c.name)
-        WHERE c.id = adopt AND c.role = caller
+        WHERE c.id = (SELECT k.id FROM queue_pg.consumers k WHERE k.id = adopt AND k.role = caller
+                      FOR UPDATE SKIP LOCKED)
         RETURNING c.id INTO me;
         IF me IS NOT NULL THEN
             RETURN me;
@@ -153,35 +175,74 @@ BEGIN
     RETURN cnt;
 END $$;
 
--- Ends the leases of consumers whose lock has been free for _consumer_grace() and forgets them;
--- marks those just found gone. A consumer's lock is tried with pg_try_advisory_xact_lock: free
--- means its session ended; held by a live session (or by a reap or adoption under way) it is
--- left alone. The caller's own session is skipped (its lock is its own, so the try would
--- succeed). A consumer row another transaction holds is left for a later reap, so a session
--- that keeps one locked stops no reap; and a reap takes at most _reap_batch() consumers' locks,
--- however many there are to look at. The number of leases ended.
+-- Ends the leases of consumers whose session has been gone for _consumer_grace() and forgets
+-- them; marks those just found gone. A consumer's session is its registering backend (pid,
+-- started before the registration): gone when no backend has that pid or the one that has it
+-- started later, running when it started before. The sessions are read afresh at each call
+-- (pg_stat_clear_snapshot: a transaction otherwise keeps its first read, where a consumer that
+-- registered since looks gone). Where the function's owner may not read other roles'
+-- backend_start (no pg_read_all_stats), a backend with the pid may be the session or a later
+-- one; the consumer's lock is tried then (pg_try_advisory_xact_lock): free, its session ended.
+-- The caller's own backend is never looked at (its lock is its own).
+-- The owner, admins and superusers reap every consumer (their sweeps too); another role the
+-- consumers it registered and those that received only from queues it may receive from, so a
+-- reap it keeps open holds no row (nor lease) of a consumer of other queues.
+-- A known-gone consumer's row is locked (SKIP LOCKED, as it still was when read) before
+-- anything else: a reap or adoption under way holds it, and a row another transaction keeps
+-- locked is left for a later reap at no cost to this one. A reap handles at most _reap_batch()
+-- consumers (those marked within the grace are not looked at) and takes at most twice as many
+-- locks. The number of leases ended.
 CREATE OR REPLACE FUNCTION queue_pg.reap_consumers() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     space integer := queue_pg._consumer_space();
     grace interval := queue_pg._consumer_grace();
+    batch integer := queue_pg._reap_batch();
     real timestamptz := clock_timestamp();
     n timestamptz := queue_pg._now();
+    caller name := queue_pg._caller();
+    everyone boolean := queue_pg._denied(NULL, 'manage') IS NULL;
+    mine integer[];
     c record;
+    lost timestamptz;
+    qids integer[];
     ended integer := 0;
     taken integer := 0;
+    locked integer := 0;
 BEGIN
-    FOR c IN SELECT k.id, k.lost_at, k.queue_ids FROM queue_pg.consumers k
-             WHERE k.pid <> pg_backend_pid() ORDER BY k.lost_at NULLS LAST, k.id LOOP
-        EXIT WHEN taken >= queue_pg._reap_batch();
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(space, c.id);
-        taken := taken + 1;
-        PERFORM 1 FROM queue_pg.consumers k WHERE k.id = c.id FOR UPDATE SKIP LOCKED;
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
+    IF NOT everyone THEN
+        SELECT coalesce(array_agg(DISTINCT g.queue_id), '{}') INTO mine FROM queue_pg.grants g
+        WHERE g.privilege = 'receive' AND pg_has_role(caller, g.role, 'USAGE');
+    END IF;
+    FOR c IN SELECT k.id, k.pid, k.registered_at, a.pid IS NOT NULL AND a.backend_start IS NULL AS unsure
+             FROM queue_pg.consumers k
+             LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = k.pid
+             WHERE k.pid <> pg_backend_pid()
+               AND (a.pid IS NULL OR a.backend_start IS NULL OR a.backend_start > k.registered_at)
+               AND (everyone OR k.role = caller OR k.queue_ids <@ mine)
+               -- marked lost within the grace: nothing to do yet
+               AND (k.lost_at IS NULL OR k.lost_at <= real - grace OR k.lost_at > real)
+             -- the marked first, oldest first; then each role's first unmarked, then each
+             -- role's second, ...: a role that leaves lost consumers faster than reaps handle
+             -- them delays no other role's
+             ORDER BY k.lost_at NULLS LAST, row_number() OVER (PARTITION BY k.role ORDER BY k.id), k.id LOOP
+        EXIT WHEN taken >= batch OR locked >= 2 * batch;
+        IF c.unsure THEN
+            -- pid taken by a backend whose start this owner cannot read: its lock says (tried
+            -- before the row, so the rows of live consumers are never locked by a reap)
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(space, c.id);
+            locked := locked + 1;
+        END IF;
+        SELECT k.lost_at, k.queue_ids INTO lost, qids FROM queue_pg.consumers k
+        WHERE k.id = c.id AND k.pid = c.pid AND k.registered_at = c.registered_at
+        FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        IF c.lost_at IS NULL OR c.lost_at > real THEN
+        taken := taken + 1;
+        IF lost IS NULL OR lost > real THEN
             UPDATE queue_pg.consumers k SET lost_at = real WHERE k.id = c.id;
-        ELSIF c.lost_at <= real - grace THEN
-            ended := ended + queue_pg._end_leases(c.id, c.queue_ids, n);
+        ELSIF lost <= real - grace THEN
+            ended := ended + queue_pg._end_leases(c.id, qids, n);
             DELETE FROM queue_pg.consumers k WHERE k.id = c.id;
         END IF;
     END LOOP;

@@ -123,7 +123,8 @@ END $$;
 -- Deletes expired messages (a bounded batch; concurrent sweeps skip each other's rows) and keeps
 -- history (_history_maintenance). Expiry follows the queue clock, which only the owner can move.
 -- A caller who does not manage every queue sweeps only the queues it has a grant on (`scope`),
--- and leaves the work of all queues (rollups, tuning) to those who do: what a sweep deletes or
+-- and leaves the work of all queues (rollups, tuning, the reap of every role's lost consumers)
+-- to those who do: what a sweep deletes or
 -- updates stays locked while its transaction is open, and a limited role may hold only rows of
 -- its own queues that way.
 CREATE OR REPLACE FUNCTION queue_pg.sweep(max_rows integer DEFAULT 10000) RETURNS bigint
@@ -158,6 +159,10 @@ BEGIN
     PERFORM queue_pg._forget_writes(max_rows, scope);
     PERFORM queue_pg._forget_dedup(at, max_rows, scope);  -- sql/api/22_dedup.sql
     PERFORM queue_pg._redrive_steps(max_rows, at);  -- redrive tasks, sql/api/57_redrive.sql
+    IF scope IS NULL THEN
+        -- lost consumers no limited role's reap looks at (sql/api/34_consumers.sql)
+        PERFORM queue_pg.reap_consumers();
+    END IF;
     RETURN cnt;
 END $$;
 

@@ -152,10 +152,11 @@ BEGIN
     RETURN t;
 END $$;
 
--- Creates or updates schedule `name`: a message `body` (attributes `attributes`) sent to `queue`
--- at each tick of `cron` in `tz`. Changing the queue, cron or tz restarts it from now; otherwise
--- its next_run stays (a restarted worker re-registering its schedules neither skips nor repeats a
--- tick). Needs manage on the queue (and on the queue it had).
+-- Creates or updates schedule `name` of `queue`: a message `body` (attributes `attributes`)
+-- sent to the queue at each tick of `cron` in `tz`. A name is the queue's own: other queues may
+-- have schedules of the same name. Changing the cron or tz restarts it from now; otherwise its
+-- next_run stays (a restarted worker re-registering its schedules neither skips nor repeats a
+-- tick). Needs manage on the queue.
 CREATE OR REPLACE FUNCTION queue_pg.set_schedule(
     name text,
     queue text,
@@ -171,8 +172,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
     n timestamptz := queue_pg._now();
-    old queue_pg.periodic;
     first timestamptz;
+    existed boolean;
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9_.:-]{1,200}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP025',
@@ -187,35 +188,28 @@ BEGIN
     END IF;
     PERFORM queue_pg._check_body(q, body, attributes);
     first := queue_pg._check_cron(cron, tz, n);
-    SELECT * INTO old FROM queue_pg.periodic p WHERE p.name = set_schedule.name FOR UPDATE;
-    IF FOUND AND old.queue_id <> q.id AND current_setting('is_superuser') <> 'on' THEN
-        PERFORM queue_pg._authorize(old.queue_id, (SELECT o.name FROM queue_pg.queues o WHERE o.id = old.queue_id), 'manage');
-    END IF;
+    PERFORM FROM queue_pg.periodic p WHERE p.queue_id = q.id AND p.name = set_schedule.name FOR UPDATE;
+    existed := FOUND;
+    RETURN QUERY
     INSERT INTO queue_pg.periodic AS p (name, queue_id, cron, tz, body, attributes, missed, catch_up, grace, next_run)
     VALUES (set_schedule.name, q.id, set_schedule.cron, set_schedule.tz, set_schedule.body, set_schedule.attributes,
             set_schedule.missed, set_schedule.catch_up, set_schedule.grace, first)
     ON CONFLICT ON CONSTRAINT periodic_pkey DO UPDATE SET
-        queue_id = excluded.queue_id, cron = excluded.cron, tz = excluded.tz, body = excluded.body,
+        cron = excluded.cron, tz = excluded.tz, body = excluded.body,
         attributes = excluded.attributes, missed = excluded.missed, catch_up = excluded.catch_up,
         grace = excluded.grace, updated_at = statement_timestamp(),
-        next_run = CASE WHEN (p.queue_id, p.cron, p.tz) = (excluded.queue_id, excluded.cron, excluded.tz)
-                        THEN p.next_run ELSE excluded.next_run END;
-    RETURN QUERY SELECT p.name, p.next_run, old.name IS NULL FROM queue_pg.periodic p
-                 WHERE p.name = set_schedule.name;
+        next_run = CASE WHEN (p.cron, p.tz) = (excluded.cron, excluded.tz)
+                        THEN p.next_run ELSE excluded.next_run END
+    RETURNING p.name, p.next_run, NOT existed;
 END $$;
 
--- Removes schedule `name`; true when it existed. Needs manage on its queue.
-CREATE OR REPLACE FUNCTION queue_pg.drop_schedule(name text) RETURNS boolean
+-- Removes schedule `name` of `queue`; true when it existed. Needs manage on the queue.
+CREATE OR REPLACE FUNCTION queue_pg.drop_schedule(name text, queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    s queue_pg.periodic;
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
 BEGIN
-    SELECT * INTO s FROM queue_pg.periodic p WHERE p.name = drop_schedule.name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM queue_pg._queue((SELECT q.name FROM queue_pg.queues q WHERE q.id = s.queue_id), 'manage');
-    DELETE FROM queue_pg.periodic p WHERE p.name = drop_schedule.name;
+    DELETE FROM queue_pg.periodic p WHERE p.queue_id = q.id AND p.name = drop_schedule.name;
     RETURN FOUND;
 END $$;
 
@@ -284,7 +278,7 @@ BEGIN
             last_tick = coalesce(ticks[cardinality(ticks)], p.last_tick),
             last_message_id = coalesce(id, p.last_message_id),
             skipped = p.skipped + dropped
-        WHERE p.name = s.name;
+        WHERE p.queue_id = s.queue_id AND p.name = s.name;
         id := NULL;
     END LOOP;
 END $$;
@@ -301,7 +295,7 @@ BEGIN
            p.missed, p.catch_up, p.grace, p.skipped, left(p.attributes ->> 'type', 100)
     FROM queue_pg.periodic p JOIN queue_pg.queues q ON q.id = p.queue_id
     WHERE queue_pg._sees(q.id)
-    ORDER BY p.name;
+    ORDER BY p.name, q.name;
 END $$;
 
 CREATE OR REPLACE VIEW queue_pg.schedules AS SELECT * FROM queue_pg._schedules();
