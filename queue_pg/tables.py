@@ -200,6 +200,7 @@ consumers = Table(
     Column("registered_at", TIMESTAMPTZ, nullable=False),
     Column("lost_at", TIMESTAMPTZ, nullable=True),
     Column("queue_ids", ARRAY(Integer), nullable=False, server_default=text("'{}'::integer[]")),
+    Column("backend_start", TIMESTAMPTZ, nullable=True),
     PrimaryKeyConstraint("id", name="consumers_pkey"),
     schema=SCHEMA,
 )

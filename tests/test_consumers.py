@@ -417,6 +417,27 @@ def test_a_limited_reap_takes_only_consumers_all_of_whose_queues_it_may_receive_
     assert owner.execute("SELECT count(*) FROM queue_pg.consumers").fetchone() == (0,)
 
 
+def test_a_live_consumer_is_known_by_its_backend_whatever_the_clock_did(
+    client: Client, owner: psycopg.Connection[Any], clean: str
+) -> None:
+    """A session is its backend's pid and start time, not "started before it registered": a
+    registration stamped before its backend's start (the clock stepped back in between) is still
+    that live session's, for its reaps and its own registration."""
+    client.create_queue("q", visibility_timeout=600)
+    client.send("q", "x")
+    reg = session(clean)
+    me = client.register_consumer(reg)
+    client.receive("q", 1, consumer=me)
+    owner.execute("UPDATE queue_pg.consumers SET registered_at = registered_at - interval '1 hour'"
+                  " WHERE id = %s", (me,))
+    assert sum(reap_until(client, GRACE + 0.6)) == 0
+    assert owner.execute("SELECT lost_at FROM queue_pg.consumers WHERE id = %s",
+                         (me,)).fetchone() == (None,)
+    assert client.register_consumer(reg) == me
+    assert client.stats("q").in_flight == 1
+    reg.close()
+
+
 def test_a_role_that_leaves_many_lost_consumers_delays_no_other_roles(
     client: Client, owner: psycopg.Connection[Any], clean: str, make_role: MakeRole  # noqa: F811
 ) -> None:

@@ -45,8 +45,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('name is %s characters long: allowed 0 to 200 characters', length(name));
     END IF;
-    -- The session's own registration, if any: the row this backend wrote (or adopted) since it
-    -- started, as this role. Not read from the lock table: a session that let its lock go could
+    -- The session's own registration, if any: the row this backend wrote (or adopted), as this
+    -- role: its pid and start time. Not read from the lock table: a session that let its lock go could
     -- register again and again (a row each), and one that took a lost consumer's lock would be
     -- handed that consumer's id. Where the function's owner may not read this session's start
     -- (no pg_read_all_stats: it is the owner that reads it here), the latest row of this pid and
@@ -55,7 +55,7 @@ BEGIN
     started := (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_backend_pid());
     SELECT c.id INTO me FROM queue_pg.consumers c
     WHERE c.pid = pg_backend_pid() AND c.role = caller
-      AND (started IS NULL OR c.registered_at >= started)
+      AND (started IS NULL OR c.backend_start = started)
     ORDER BY c.id DESC LIMIT 1;
     IF me IS NOT NULL THEN
         held := EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
@@ -83,7 +83,7 @@ BEGIN
         -- a row another transaction holds (a reap under way, or one kept open) is not waited
         -- for: the caller gets an id of its own
         UPDATE queue_pg.consumers c SET pid = pg_backend_pid(), lost_at = NULL,
-                                        registered_at = clock_timestamp(),
+                                        registered_at = clock_timestamp(), backend_start = started,
                                         name = coalesce(register_consumer.name, c.name)
         WHERE c.id = (SELECT k.id FROM queue_pg.consumers k WHERE k.id = adopt AND k.role = caller
                       FOR UPDATE SKIP LOCKED)
@@ -94,8 +94,8 @@ BEGIN
         PERFORM pg_advisory_unlock(space, adopt);
     END IF;
     FOR attempt IN 1..20 LOOP
-        INSERT INTO queue_pg.consumers (role, pid, name, registered_at)
-        VALUES (caller, pg_backend_pid(), register_consumer.name, clock_timestamp())
+        INSERT INTO queue_pg.consumers (role, pid, name, registered_at, backend_start)
+        VALUES (caller, pg_backend_pid(), register_consumer.name, clock_timestamp(), started)
         RETURNING id INTO me;
         IF pg_try_advisory_lock(space, me) THEN
             RETURN me;
@@ -176,13 +176,14 @@ BEGIN
 END $$;
 
 -- Ends the leases of consumers whose session has been gone for _consumer_grace() and forgets
--- them; marks those just found gone. A consumer's session is its registering backend (pid,
--- started before the registration): gone when no backend has that pid or the one that has it
--- started later, running when it started before. The sessions are read afresh at each call
--- (pg_stat_clear_snapshot: a transaction otherwise keeps its first read, where a consumer that
--- registered since looks gone). Where the function's owner may not read other roles'
--- backend_start (no pg_read_all_stats), a backend with the pid may be the session or a later
--- one; the consumer's lock is tried then (pg_try_advisory_xact_lock): free, its session ended.
+-- them; marks those just found gone. A consumer's session is its registering backend (pid and
+-- start time, recorded at registration): gone when no backend has that pid or the one that has
+-- it started at another time, running when it is that backend. The sessions are read afresh
+-- at each call (pg_stat_clear_snapshot: a transaction otherwise keeps its first read, where a
+-- consumer that registered since looks gone). Where the function's owner may not read other roles'
+-- backend_start (no pg_read_all_stats), or did not when the consumer registered, a backend with
+-- the pid may be the session or a later one; the consumer's lock is tried then
+-- (pg_try_advisory_xact_lock): free, its session ended.
 -- The caller's own backend is never looked at (its lock is its own).
 -- The owner, admins and superusers reap every consumer (their sweeps too); another role the
 -- consumers it registered and those that received only from queues it may receive from, so a
@@ -215,11 +216,13 @@ BEGIN
         SELECT coalesce(array_agg(DISTINCT g.queue_id), '{}') INTO mine FROM queue_pg.grants g
         WHERE g.privilege = 'receive' AND pg_has_role(caller, g.role, 'USAGE');
     END IF;
-    FOR c IN SELECT k.id, k.pid, k.registered_at, a.pid IS NOT NULL AND a.backend_start IS NULL AS unsure
+    FOR c IN SELECT k.id, k.pid, k.registered_at,
+                    a.pid IS NOT NULL AND (a.backend_start IS NULL OR k.backend_start IS NULL) AS unsure
              FROM queue_pg.consumers k
              LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = k.pid
              WHERE k.pid <> pg_backend_pid()
-               AND (a.pid IS NULL OR a.backend_start IS NULL OR a.backend_start > k.registered_at)
+               AND (a.pid IS NULL OR a.backend_start IS NULL OR k.backend_start IS NULL
+                    OR a.backend_start <> k.backend_start)
                AND (everyone OR k.role = caller OR k.queue_ids <@ mine)
                -- marked lost within the grace: nothing to do yet
                AND (k.lost_at IS NULL OR k.lost_at <= real - grace OR k.lost_at > real)
