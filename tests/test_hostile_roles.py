@@ -453,7 +453,7 @@ def test_a_limited_role_cannot_set_or_move_schedules_of_queues_it_does_not_manag
               MINE)
     with pytest.raises(AccessDenied):
         w.run(w.producer, "SELECT queue_pg.drop_schedule('theirs-tick', %s)", THEIRS)
-    w.owner.execute("UPDATE queue_pg.periodic SET next_run = now() - interval '1 second'")
+    w.owner.execute("UPDATE queue_pg.periodic SET next_run = date_trunc('minute', now())")  # one tick due
     fired = w.run(w.producer, "SELECT schedule FROM queue_pg.fire_schedules()")
     assert fired == [("mine-tick",)]
     assert w.run(w.producer, "SELECT schedule FROM queue_pg.schedules") == [("mine-tick",)]
@@ -475,7 +475,7 @@ def test_a_schedule_name_is_its_queues_so_no_role_can_take_one_or_find_where_it_
           MINE)
     info = w.admin.set_schedule("reports.nightly", THEIRS, "* * * * *", {"theirs": 1})
     assert info.created
-    w.owner.execute("UPDATE queue_pg.periodic SET next_run = now() - interval '1 second'")
+    w.owner.execute("UPDATE queue_pg.periodic SET next_run = date_trunc('minute', now())")  # one tick due
     fired = sorted((f.schedule, f.queue) for f in w.admin.fire_schedules())
     assert fired == [("reports.nightly", MINE), ("reports.nightly", THEIRS)]
     assert [m.body for m in w.admin.peek(THEIRS)] == [{"theirs": 1}]
