@@ -212,7 +212,8 @@ $$;
 CREATE OR REPLACE FUNCTION queue_pg._stat_counter(kind text, queue_id integer) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF NOT queue_pg._sees(queue_id) THEN
+    IF NOT EXISTS (SELECT 1 FROM queue_pg.queues q WHERE q.id = _stat_counter.queue_id)
+       OR NOT queue_pg._sees(queue_id) THEN
         RETURN NULL;
     END IF;
     IF kind = 'lease_expiries' THEN  -- a table row: it rolls back with the receive
@@ -221,7 +222,7 @@ BEGIN
     ELSIF kind <> 'stale_receipts' THEN
         RETURN NULL;
     END IF;
-    RETURN coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', queue_id))), 0);
+    RETURN coalesce(pg_sequence_last_value(queue_pg._sequence(kind, queue_id)), 0);
 END $$;
 
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's

@@ -46,9 +46,9 @@ BEGIN
             MESSAGE = format('name is %s characters long: allowed 0 to 200 characters', length(name));
     END IF;
     -- The session's own registration, if any: the row this backend wrote (or adopted), as this
-    -- role: its pid and start time. Not read from the lock table: a session that let its lock go could
-    -- register again and again (a row each), and one that took a lost consumer's lock would be
-    -- handed that consumer's id. Where the function's owner may not read this session's start
+    -- role: its pid and start time. Not read from the lock table: a session that let its lock
+    -- go could register again and again (a row each), and one that took a lost consumer's lock
+    -- would be handed that consumer's id. Where the function's owner may not read this session's start
     -- (no pg_read_all_stats: it is the owner that reads it here), the latest row of this pid and
     -- role: at worst a dead earlier backend's of the same pid and role, which that role could
     -- adopt anyway.
@@ -214,7 +214,7 @@ BEGIN
     PERFORM pg_catalog.pg_stat_clear_snapshot();
     IF NOT everyone THEN
         SELECT coalesce(array_agg(DISTINCT g.queue_id), '{}') INTO mine FROM queue_pg.grants g
-        WHERE g.privilege = 'receive' AND pg_has_role(caller, g.role, 'USAGE');
+        WHERE g.privilege = 'receive' AND queue_pg._denied(g.queue_id, 'receive') IS NULL;
     END IF;
     FOR c IN SELECT k.id, k.pid, k.registered_at,
                     a.pid IS NOT NULL AND (a.backend_start IS NULL OR k.backend_start IS NULL) AS unsure

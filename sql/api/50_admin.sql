@@ -124,9 +124,8 @@ END $$;
 -- history (_history_maintenance). Expiry follows the queue clock, which only the owner can move.
 -- A caller who does not manage every queue sweeps only the queues it has a grant on (`scope`),
 -- and leaves the work of all queues (rollups, tuning, the reap of every role's lost consumers)
--- to those who do: what a sweep deletes or
--- updates stays locked while its transaction is open, and a limited role may hold only rows of
--- its own queues that way.
+-- to those who do: what a sweep deletes or updates stays locked while its transaction is open,
+-- and a limited role may hold only rows of its own queues that way.
 CREATE OR REPLACE FUNCTION queue_pg.sweep(max_rows integer DEFAULT 10000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
