@@ -10,6 +10,7 @@ import logging
 from importlib import metadata as _metadata
 from typing import Any
 
+from queue_pg import plain as _plain
 from queue_pg.aio import AsyncClient
 from queue_pg.aio_worker import AsyncWorker
 from queue_pg.backoff import Backoff
@@ -105,6 +106,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("queue_pg")
+_plain.install()  # every queue_pg log line shows hostile strings escaped
 
 
 def connect(dsn: str | None = None, **kwargs: Any) -> Client:

@@ -14,7 +14,9 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from queue_pg.plain import json_text, plain
 from queue_pg.types import Message, QueueConfig, QueueStats
 
 if TYPE_CHECKING:
@@ -35,7 +37,9 @@ __all__ = [
     "queue_table",
     "settings_rows",
     "settings_table",
+    "shown",
     "stats_table",
+    "text",
 ]
 
 #: How a NULL ``message_ttl`` (no expiry) is written, on screen and on the command line.
@@ -51,6 +55,18 @@ def out() -> Console:
 def err() -> Console:
     """stderr, for what is said about a command rather than its output."""
     return Console(stderr=True, highlight=False)
+
+
+def text(value: object, **kwargs: object) -> Text:
+    """A string shown as the characters it holds: control characters escaped (:func:`plain`),
+    and a ``Text``, which Rich and Textual never read as markup (``[/]`` is three characters).
+    Every string a producer or consumer chose goes on screen through here."""
+    return Text(plain(value), **kwargs)  # type: ignore[arg-type]
+
+
+def shown(value: object) -> str:
+    """:func:`text` for a string that goes inside Rich markup: escaped twice over."""
+    return escape(plain(value))
 
 
 def fmt_seconds(value: float | None, none: str = "-") -> str:
@@ -89,8 +105,9 @@ def fmt_count(value: int | None) -> str:
 
 
 def fmt_json(value: object) -> str:
-    """JSON as typed at a shell: no ASCII escapes; datetimes as text."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """JSON as typed at a shell: no ASCII escapes but for control characters (C1 and
+    bidirectional overrides too, which json leaves raw); datetimes as text."""
+    return json_text(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def fmt_time(value: datetime | None) -> str:
@@ -121,11 +138,11 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
 
 def settings_table(q: QueueConfig) -> Table:
     """One queue's settings, one per line."""
-    table = Table(title=f"queue {q.name}", title_justify="left")
+    table = Table(title=text(f"queue {q.name}"), title_justify="left")
     table.add_column("setting")
     table.add_column("value")
     for name, value in settings_rows(q):
-        table.add_row(name, escape(value))
+        table.add_row(name, text(value))
     return table
 
 
@@ -149,7 +166,7 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
     for name, _ in settings_rows(queues[0]):
         table.add_column(short.get(name, name), justify="right")
     for q in queues:
-        table.add_row(escape(q.name), *(escape(v) for _, v in settings_rows(q)))
+        table.add_row(text(q.name), *(text(v) for _, v in settings_rows(q)))
     return table
 
 
@@ -162,7 +179,7 @@ def stats_table(rows: Iterable[QueueStats], title: str | None = None) -> Table:
         table.add_column(header, justify="right")
     for s in rows:
         table.add_row(
-            escape(s.queue), str(s.visible), str(s.in_flight), str(s.delayed),
+            text(s.queue), str(s.visible), str(s.in_flight), str(s.delayed),
             str(s.dead_lettered), fmt_age(s.oldest_visible_age), str(s.stale_receipts),
             str(s.lease_expiries),
         )
@@ -188,7 +205,7 @@ def health_table(rows: Iterable[QueueHealth], flows: str = "1m") -> Table:
     for s in rows:
         values = [getattr(s, name + suffix) for name in flow]
         table.add_row(
-            escape(s.queue) + ("~" if s.approximate else ""), fmt_count(s.visible),
+            text(s.queue + ("~" if s.approximate else "")), fmt_count(s.visible),
             fmt_count(s.in_flight), fmt_count(s.delayed), fmt_count(s.dead_lettered),
             fmt_age(s.oldest_visible_age), *(fmt_count(v) for v in values),
         )
@@ -199,6 +216,7 @@ def message_table(messages: Sequence[Message], *, receipts: bool) -> Table:
     """Received messages (with receipt and lease end) or peeked ones (with enqueue time)."""
     table = Table()
     table.add_column("id", justify="right", no_wrap=True)
+    cells: list[str | Text]
     if receipts:
         width = max(len(m.receipt or "") for m in messages)
         table.add_column("receipt", no_wrap=True, min_width=width)
@@ -209,12 +227,12 @@ def message_table(messages: Sequence[Message], *, receipts: bool) -> Table:
     for m in messages:
         cells = [str(m.id)]
         if receipts:
-            cells.append(m.receipt or "")
+            cells.append(text(m.receipt or ""))
         cells += [
             str(m.receive_count),
             fmt_time(m.visible_until if receipts else m.enqueued_at),
-            escape(fmt_json(m.attributes)) if m.attributes else "",
-            escape(fmt_json(m.body)),
+            text(fmt_json(m.attributes)) if m.attributes else "",
+            text(fmt_json(m.body)),
         ]
         table.add_row(*cells)
     return table

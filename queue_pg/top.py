@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -25,8 +24,9 @@ from queue_pg import advice
 from queue_pg._ops import Call
 from queue_pg.advice import DeadLetter, InFlight, ProcessingTimes, QueueOverview
 from queue_pg.aio import AsyncClient
-from queue_pg.display import fmt_age, fmt_seconds
+from queue_pg.display import fmt_age, fmt_seconds, text
 from queue_pg.errors import QueueError
+from queue_pg.plain import plain
 
 __all__ = ["COLUMNS", "TopApp", "rate"]
 
@@ -184,7 +184,7 @@ class TopApp(App[None]):
             self._fill_queues()
             await self._fill_detail()
         except QueueError as exc:  # the server gone, a grant revoked: say so, try again next time
-            self.sub_title = f"cannot read: {exc}".splitlines()[0]
+            self.sub_title = plain(f"cannot read: {exc}".splitlines()[0])
         finally:
             self._busy = False
 
@@ -203,10 +203,10 @@ class TopApp(App[None]):
         table.clear()
         for r in self.ordered():
             before = self.previous.get(r.queue)
-            cells: list[str | Text] = []
+            cells: list[Text] = []
             for c in COLUMNS:
-                text = c.show(c.value(r, before))
-                cells.append(text if c.key == "queue" else Text(text, justify="right"))
+                shown = c.show(c.value(r, before))
+                cells.append(text(shown) if c.key == "queue" else Text(shown, justify="right"))
             table.add_row(*cells, key=r.queue)
         if keep in self.rows:
             table.move_cursor(row=table.get_row_index(keep))
@@ -244,7 +244,7 @@ class TopApp(App[None]):
         self._fill_times(tables[2], times)
 
     @staticmethod
-    def _summary(r: QueueOverview) -> str:
+    def _summary(r: QueueOverview) -> Text:
         def flow(suffix: str, span: str) -> str:
             values = [getattr(r, f"{n}_{suffix}") for n in
                       ("sent", "received", "deleted", "lease_expiries", "stale_receipts")]
@@ -254,10 +254,11 @@ class TopApp(App[None]):
             return (f"{span}: sent {sent} · received {received} · deleted {deleted} · "
                     f"expiries {expiries} · stale {stale}")
 
-        approx = " [dim](counts past 1,000: latest sample)[/dim]" if r.approximate else ""
-        return (
-            f"[b]{escape(r.queue)}[/b]{approx}\n"
-            f"timeout {fmt_seconds(r.visibility_timeout)} · advised "
+        summary = text(r.queue, style="bold")
+        if r.approximate:
+            summary.append(" (counts past 1,000: latest sample)", style="dim")
+        return summary + Text(
+            f"\ntimeout {fmt_seconds(r.visibility_timeout)} · advised "
             f"{fmt_seconds(r.recommended_timeout)} · heartbeat {fmt_age(r.heartbeat_interval)}"
             f" · confidence {r.confidence} ({r.samples or 0} samples)\n"
             f"{flow('1m', 'last minute')}\n{flow('1h', 'last hour')}"
@@ -267,7 +268,7 @@ class TopApp(App[None]):
     def _fill_in_flight(table: DataTable[Any], r: QueueOverview, rows: Sequence[InFlight]) -> None:
         table.clear()
         for m in rows:
-            table.add_row(str(m.id), m.type or "-", str(m.receive_count),
+            table.add_row(str(m.id), text(m.type or "-"), str(m.receive_count),
                           fmt_age((r.at - m.leased_at).total_seconds()),
                           fmt_age(max((m.visible_until - r.at).total_seconds(), 0)),
                           str(m.lease_expiries))
@@ -276,14 +277,15 @@ class TopApp(App[None]):
     def _fill_dead(table: DataTable[Any], rows: Sequence[DeadLetter]) -> None:
         table.clear()
         for d in rows:
-            table.add_row(str(d.id), d.dead_letter_queue, d.source_queue or "-",
-                          str(d.receive_count), d.reason or d.last_error or "-")
+            table.add_row(str(d.id), text(d.dead_letter_queue), text(d.source_queue or "-"),
+                          str(d.receive_count), text(d.reason or d.last_error or "-"))
 
     @staticmethod
     def _fill_times(table: DataTable[Any], rows: Sequence[ProcessingTimes]) -> None:
         table.clear()
         for p in rows:
-            table.add_row("(all)" if p.scope == "queue" else (p.type or "(none)"), str(p.messages),
+            table.add_row(text("(all)" if p.scope == "queue" else (p.type or "(none)")),
+                          str(p.messages),
                           *(fmt_age(v) for v in (p.p50, p.p95, p.p99, p.max, p.wait_p50,
                                                  p.wait_p99)))
 

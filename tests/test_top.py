@@ -17,6 +17,7 @@ pytest.importorskip("textual")
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
+from queue_pg import Client
 from queue_pg.aio import AsyncClient
 from queue_pg.top import COLUMNS, WIDE, TopApp
 from tests.surface_load import running_load
@@ -121,3 +122,34 @@ async def test_top_under_load(clean: str, tmp_path: Path) -> None:
                 assert pane.x >= queues.right and pane.y == queues.y
 
                 await pilot.press("q")
+
+
+HOSTILE = "[/] [bold]x\x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil"
+
+
+async def test_hostile_strings_show_as_plain_text(client: Client, clean: str) -> None:
+    """A producer's type and a consumer's dead-letter reason holding markup and terminal
+    escapes: top shows them as the characters they are, and never dies of them."""
+    client.create_queue("hq-dlq")
+    client.create_queue("hq", dead_letter_queue="hq-dlq", max_receive_count=5)
+    client.send("hq", {"n": 1}, attributes={"type": HOSTILE})
+    client.send("hq", {"n": 2}, attributes={"type": "[/]"})
+    got = client.receive("hq", max_messages=2, visibility_timeout=600)
+    assert len(got) == 2
+    dead = next(m for m in got if m.body == {"n": 2})
+    assert client.dead_letter("hq", dead.receipt or "", reason=HOSTILE)
+    async with AsyncClient(clean, sweep_interval=None, max_size=2) as aclient:
+        app = TopApp(aclient, window=600, interval=0.5)
+        async with app.run_test(size=(WIDE + 20, 45)) as pilot:
+            await until(pilot, lambda: app.detail_of == "hq", "the detail of hq")
+            await until(pilot, lambda: len(detail(app, "in_flight")) == 1
+                        and len(detail(app, "dead_letters")) == 1, "the hostile rows")
+            for _ in range(3):  # refreshes render the rows again
+                await pilot.pause(0.6)
+            escaped = "[/] [bold]x\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\u202eevil"
+            assert detail(app, "in_flight")[0][1] == escaped
+            assert detail(app, "dead_letters")[0][4] == escaped
+            screen = app.export_screenshot()
+            assert "\x1b" not in screen and "\x9b" not in screen and "\u202e" not in screen
+            assert "[/] [bold]x" in screen.replace("&#160;", " ")
+            await pilot.press("q")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from queue_pg.cli.state import State, fail, pass_state
-from queue_pg.display import err, fmt_time, out
+from queue_pg.display import err, fmt_time, out, shown
 
 __all__ = ["COMMANDS"]
 
@@ -50,8 +49,8 @@ def grant(state: State, queue: str, role: str, privilege: str) -> None:
     ROLE must also be a member of queue_pg_producer to send, of queue_pg_consumer to receive.
     """
     done = state.client.grant(queue, role, privilege)
-    out().print(f"{'granted' if done else 'already granted:'} {escape(privilege)} on "
-                f"{escape(queue)} to {escape(role)}")
+    out().print(f"{'granted' if done else 'already granted:'} {shown(privilege)} on "
+                f"{shown(queue)} to {shown(role)}")
 
 
 @click.command()
@@ -62,8 +61,8 @@ def grant(state: State, queue: str, role: str, privilege: str) -> None:
 def revoke(state: State, queue: str, role: str, privilege: str) -> None:
     """Take back ROLE's PRIVILEGE on QUEUE (send, receive or manage)."""
     done = state.client.revoke(queue, role, privilege)
-    out().print(f"{'revoked' if done else 'not granted:'} {escape(privilege)} on "
-                f"{escape(queue)} from {escape(role)}")
+    out().print(f"{'revoked' if done else 'not granted:'} {shown(privilege)} on "
+                f"{shown(queue)} from {shown(role)}")
 
 
 @click.command()
@@ -79,7 +78,7 @@ def grants(state: State, queue: str | None) -> None:
     for name in ("queue", "role", "privilege", "granted at"):
         table.add_column(name)
     for g in rows:
-        table.add_row(escape(g.queue), escape(g.role), g.privilege, fmt_time(g.granted_at))
+        table.add_row(shown(g.queue), shown(g.role), g.privilege, fmt_time(g.granted_at))
     out().print(table)
 
 

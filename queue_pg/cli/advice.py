@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from queue_pg.advice import SplitPart, TimeoutAdvice, TuningStep
 from queue_pg.cli.state import State as CliState
 from queue_pg.cli.state import pass_state
-from queue_pg.display import fmt_seconds, out
+from queue_pg.display import fmt_seconds, out, shown
 
 __all__ = ["COMMANDS", "advise", "tune"]
 
@@ -38,7 +37,7 @@ def advice_table(rows: Sequence[TimeoutAdvice]) -> Table:
         if a.split_advised:
             split = "yes" if a.p99_spread is None else f"yes (p99 spread {a.p99_spread:.0f}x)"
         table.add_row(
-            escape(a.queue), "(all)" if a.scope == "queue" else escape(a.type or "(none)"),
+            shown(a.queue), "(all)" if a.scope == "queue" else shown(a.type or "(none)"),
             fmt_seconds(a.current_timeout), fmt_seconds(a.recommended_timeout),
             fmt_seconds(a.heartbeat_interval), str(a.samples), _num(a.p50), _num(a.p99),
             _num(a.max), _num(a.expiry_rate, 2), str(a.redeliveries), str(a.stale_receipts),
@@ -56,19 +55,19 @@ def steps_table(rows: Sequence[TuningStep], applied: bool) -> Table:
     table.add_column("changed")
     table.add_column("why")
     for s in rows:
-        table.add_row(escape(s.queue), fmt_seconds(s.old_timeout), fmt_seconds(s.advice),
+        table.add_row(shown(s.queue), fmt_seconds(s.old_timeout), fmt_seconds(s.advice),
                       fmt_seconds(s.new_timeout), str(s.samples),
-                      "yes" if s.changed else "no", escape(s.why))
+                      "yes" if s.changed else "no", shown(s.why))
     return table
 
 
 def split_table(queue: str, parts: Sequence[SplitPart], applied: bool) -> Table:
-    table = Table(title=f"split of {escape(queue)}" + ("" if applied else " (proposed)"),
+    table = Table(title=f"split of {shown(queue)}" + ("" if applied else " (proposed)"),
                   title_justify="left")
     for header in ("type", "target queue", "timeout", "advised", "routed"):
         table.add_column(header)
     for p in parts:
-        table.add_row(escape(p.type), escape(p.target), fmt_seconds(p.visibility_timeout),
+        table.add_row(shown(p.type), shown(p.target), fmt_seconds(p.visibility_timeout),
                       "yes" if p.advised else "no", "yes" if p.routed else "no")
     return table
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 import psycopg
-from rich.markup import escape
 
 from queue_pg.cli.state import State as CliState
 from queue_pg.cli.state import fail, pass_state
-from queue_pg.display import err
+from queue_pg.display import err, shown
 
 __all__ = ["COMMANDS", "dashboard"]
 
@@ -48,7 +47,7 @@ def dashboard(state: CliState, host: str, port: int, allow_actions: bool, token:
         mode += "; each browser logs in as a PostgreSQL role"
 
     def ready(url: str) -> None:
-        err().print(f"dashboard at {escape(url)} ({mode}); Ctrl-C stops it", soft_wrap=True)
+        err().print(f"dashboard at {shown(url)} ({mode}); Ctrl-C stops it", soft_wrap=True)
 
     try:
         serve(board, host, port, ready)

@@ -6,11 +6,10 @@ import sys
 from collections.abc import Sequence
 
 import click
-from rich.markup import escape
 
 from queue_pg.cli.params import Duration, parse_attrs, parse_body
 from queue_pg.cli.state import State, fail, pass_state
-from queue_pg.display import err, message_json, message_table, out
+from queue_pg.display import err, message_json, message_table, out, shown
 from queue_pg.types import Message
 
 __all__ = ["COMMANDS"]
@@ -48,7 +47,7 @@ def send(state: State, queue: str, body: str, as_string: bool, delay: float | No
                                  group=group)]
     for message_id in ids:
         click.echo(message_id)
-    err().print(f"[dim]sent {len(ids)} message{'s' * (len(ids) != 1)} to {escape(queue)}[/dim]")
+    err().print(f"[dim]sent {len(ids)} message{'s' * (len(ids) != 1)} to {shown(queue)}[/dim]")
 
 
 @click.command()
@@ -99,15 +98,15 @@ def delete(state: State, queue: str, receipts: tuple[str, ...]) -> None:
     """Delete received messages of QUEUE by receipt."""
     if len(receipts) == 1:  # one receipt: a refusal is the command's error, with its message
         deleted = state.client.delete(queue, receipts[0])
-        out().print(f"{'deleted' if deleted else 'already gone'} {receipts[0]}")
+        out().print(f"{'deleted' if deleted else 'already gone'} {shown(receipts[0])}")
         return
     refused = 0
     for r in state.client.delete_batch(queue, receipts):
         if r.error:
             refused += 1
-            err().print(f"[red]refused ({r.error})[/red] {r.receipt}")
+            err().print(f"[red]refused ({shown(r.error)})[/red] {shown(r.receipt)}")
         else:
-            out().print(f"{'deleted' if r.deleted else 'already gone'} {r.receipt}")
+            out().print(f"{'deleted' if r.deleted else 'already gone'} {shown(r.receipt)}")
     if refused:
         fail(f"{refused} of {len(receipts)} receipts refused")
 

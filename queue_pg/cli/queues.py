@@ -7,12 +7,19 @@ from typing import Any
 
 import click
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from queue_pg.cli.params import given, settings_options
 from queue_pg.cli.state import State, pass_state
-from queue_pg.display import FLOWS, err, health_table, out, queue_table, settings_table
+from queue_pg.display import (
+    FLOWS,
+    err,
+    health_table,
+    out,
+    queue_table,
+    settings_table,
+    shown,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -51,9 +58,9 @@ def alter(state: State, name: str, clear: tuple[str, ...], **settings: Any) -> N
 def drop(state: State, name: str, if_exists: bool) -> None:
     """Drop queue NAME and all its messages."""
     if state.client.drop_queue(name, if_exists=if_exists):
-        out().print(f"dropped queue {escape(name)}")
+        out().print(f"dropped queue {shown(name)}")
     else:
-        out().print(f"no queue {escape(name)}")
+        out().print(f"no queue {shown(name)}")
 
 
 @click.command("list")
@@ -110,7 +117,7 @@ def purge(state: State, queue: str, yes: bool) -> None:
     if not yes:
         click.confirm(f"Delete every message of queue {queue}, in flight or not?", abort=True)
     n = state.client.purge(queue)
-    out().print(f"purged {n} message{'s' * (n != 1)} from {escape(queue)}")
+    out().print(f"purged {n} message{'s' * (n != 1)} from {shown(queue)}")
 
 
 @click.command()

@@ -7,11 +7,10 @@ import time
 from collections.abc import Sequence
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from queue_pg.cli.state import State, pass_state
-from queue_pg.display import fmt_time, out
+from queue_pg.display import fmt_time, out, shown
 from queue_pg.types import RedriveTask
 
 __all__ = ["redrive"]
@@ -46,7 +45,7 @@ def redrive() -> None:
 def now(state: State, dlq: str, to: str | None, limit: int | None) -> None:
     """Move dead-lettered messages of DLQ back now (receive count reset)."""
     n = state.client.redrive(dlq, to=to, limit=limit)
-    out().print(f"moved {n} message{'s' * (n != 1)} out of {escape(dlq)}")
+    out().print(f"moved {n} message{'s' * (n != 1)} out of {shown(dlq)}")
 
 
 def _table(tasks: Sequence[RedriveTask]) -> Table:
@@ -55,10 +54,10 @@ def _table(tasks: Sequence[RedriveTask]) -> Table:
                  "finished", "error"):
         table.add_column(name, justify="right" if name in ("task", "moved", "to move") else "left")
     for t in tasks:
-        table.add_row(str(t.id), escape(t.dlq), escape(t.target or "(source)"),
+        table.add_row(str(t.id), shown(t.dlq), shown(t.target or "(source)"),
                       "-" if t.rate is None else f"{t.rate:g}", t.status, str(t.moved),
                       str(t.to_move), fmt_time(t.started_at), fmt_time(t.finished_at),
-                      escape(t.error or ""))
+                      shown(t.error or ""))
     return table
 
 
@@ -71,7 +70,7 @@ def _table(tasks: Sequence[RedriveTask]) -> Table:
 def start(state: State, dlq: str, to: str | None, rate: float | None, follow: bool) -> None:
     """Start a redrive task on DLQ; prints its id (and with --follow, its progress)."""
     task = state.client.start_redrive(dlq, to=to, rate=rate)
-    out().print(f"redrive task {task} started on {escape(dlq)}")
+    out().print(f"redrive task {task} started on {shown(dlq)}")
     while follow:
         [t] = [x for x in state.client.list_redrives(dlq) if x.id == task]
         out().print(f"{t.status}: moved {t.moved} of {t.to_move}")

@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import click
-from rich.markup import escape
 
 from queue_pg import embedded
-from queue_pg.display import out
+from queue_pg.display import out, shown
 
 __all__ = ["server"]
 
@@ -35,10 +34,10 @@ def status() -> None:
     """Where its data lives, whether it runs, and its DSN (exit status 3 when stopped)."""
     s = embedded.server_status()
     console = out()
-    console.print(f"data folder  {escape(str(s.data_dir))}", soft_wrap=True)
+    console.print(f"data folder  {shown(str(s.data_dir))}", soft_wrap=True)
     if s.running:
         console.print(f"state        running (pid {s.pid})")
-        console.print(f"dsn          {escape(s.dsn or '')}", soft_wrap=True)
+        console.print(f"dsn          {shown(s.dsn or '')}", soft_wrap=True)
         return
     console.print("state        " + ("stopped" if s.initialized else "not created yet"))
     sys.exit(NOT_RUNNING)
@@ -48,7 +47,7 @@ def status() -> None:
 def start() -> None:
     """Start it (create it on first use) and print its DSN."""
     dsn = embedded.embedded_dsn()
-    out().print(f"running (pid {embedded.server_status().pid}): {escape(dsn)}", soft_wrap=True)
+    out().print(f"running (pid {embedded.server_status().pid}): {shown(dsn)}", soft_wrap=True)
 
 
 @server.command()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 import psycopg
-from rich.markup import escape
 
 from queue_pg.cli.state import State, fail, pass_state
-from queue_pg.display import out
+from queue_pg.display import out, shown
 from queue_pg.errors import translate
 
 __all__ = ["sqs"]
@@ -40,7 +39,7 @@ def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int)
     state: State = ctx.find_object(State)  # type: ignore[assignment]
     psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails here, once
     app = create_app(state.dsn, auth=not no_auth, pool_size=pool_size)
-    out().print(f"SQS endpoint on http://{escape(host)}:{port}"
+    out().print(f"SQS endpoint on http://{shown(host)}:{port}"
                 + (" [red](no authentication)[/red]" if no_auth else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
@@ -70,4 +69,4 @@ def revoke_key(state: State, access_key: str) -> None:
         row = conn.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access_key]).fetchone()
     if not (row and row[0]):
         fail(f"no live key {access_key}")
-    out().print(f"revoked {escape(access_key)}")
+    out().print(f"revoked {shown(access_key)}")

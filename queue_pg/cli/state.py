@@ -10,10 +10,9 @@ from typing import NoReturn
 
 import click
 import psycopg
-from rich.markup import escape
 
 from queue_pg.client import Client
-from queue_pg.display import err
+from queue_pg.display import err, shown
 from queue_pg.dsn import safe_dsn
 from queue_pg.embedded import resolve_dsn
 
@@ -22,7 +21,7 @@ __all__ = ["State", "fail", "pass_state"]
 
 def fail(message: str) -> NoReturn:
     """One red line on stderr and exit status 1: how every refusal ends a command."""
-    err().print(f"[red]error: {escape(message)}[/red]", soft_wrap=True)
+    err().print(f"[red]error: {shown(message)}[/red]", soft_wrap=True)
     sys.exit(1)
 
 
@@ -38,7 +37,7 @@ class State:
     def dsn(self) -> str:
         if self.resolved is None:
             self.resolved, source = resolve_dsn(self.dsn_option)
-            err().print(f"[dim]using {escape(safe_dsn(self.resolved))} ({escape(source)})[/dim]",
+            err().print(f"[dim]using {shown(safe_dsn(self.resolved))} ({shown(source)})[/dim]",
                         soft_wrap=True)
         return self.resolved
 
