@@ -1,11 +1,10 @@
 """The dashboard's login mode over real HTTP against real PostgreSQL: each session runs as the
 role it logged in as, so the SQL functions' grants decide what it sees and does.
 
-The shared test server trusts local connections, so any password opens a LOGIN role there:
-most tests show that the session is the role named (``current_user``, the queues it sees).
-Checking the password is the server's (pg_hba.conf), as for any client: one test starts a
-server of its own (Debian's initdb) that wants scram-sha-256 passwords, and logs in wrongly and
-rightly there.
+Checking the password is the server's (pg_hba.conf), as for any client, and the dashboard
+refuses a login the server let in without one: so these tests run on a server of this module's
+own (Debian's initdb) that wants scram-sha-256 passwords, each on a fresh migrated database.
+The shared test server trusts local connections: there, every login is refused.
 """
 
 from __future__ import annotations
@@ -34,8 +33,9 @@ from psycopg import sql as psql
 from queue_pg import AccessDenied, Client
 from queue_pg.dashboard import Dashboard, Request, make_http_server
 from queue_pg.dashboard.adapters import WsgiApp
-from queue_pg.dashboard.sessions import FAILED, Refused, Sessions
+from queue_pg.dashboard.sessions import FAILED, NO_PASSWORD, PRIVILEGED, Sessions
 from queue_pg.install import migrate
+from tests.conftest import new_database
 from tests.test_access import CONSUMER, MakeRole, Role, make_role  # noqa: F401
 
 PASSWORD = "s3cret-Pa55word"
@@ -197,9 +197,6 @@ def test_sessions_are_bounded_and_end_when_idle(clean: str, roles: dict[str, Rol
     sessions = Sessions(clean, max_sessions=1, idle_timeout=3600)
     try:
         first = sessions.login(roles["viewer"].name, PASSWORD, "127.0.0.1")
-        with pytest.raises(Refused) as refused:
-            sessions.login(roles["stranger"].name, PASSWORD, "127.0.0.1")
-        assert refused.value.status == 503
         assert sessions.get(first.id) is first and sessions.get("forged") is None
         sessions.idle_timeout = 0.01
         time.sleep(0.05)  # longer than the idle timeout, whatever the machine's load
@@ -208,6 +205,29 @@ def test_sessions_are_bounded_and_end_when_idle(clean: str, roles: dict[str, Rol
             first.client.list_queues()
         second = sessions.login(roles["stranger"].name, PASSWORD, "127.0.0.1")
         assert second.user == roles["stranger"].name and second.id != first.id
+    finally:
+        sessions.close()
+
+
+def test_one_role_cannot_lock_others_out(clean: str, roles: dict[str, Role]) -> None:
+    """A role's logins past its cap end its own oldest sessions; a full dashboard ends the
+    least recently used session of the role holding the most, never refuses a login."""
+    viewer, stranger = roles["viewer"].name, roles["stranger"].name
+    sessions = Sessions(clean, max_sessions=6, max_per_user=4, idle_timeout=3600)
+    try:
+        mine = [sessions.login(viewer, PASSWORD, "127.0.0.1") for _ in range(6)]
+        assert len(sessions) == 4
+        assert [sessions.get(s.id) is s for s in mine] == [False, False, True, True, True, True]
+        with pytest.raises(psycopg.OperationalError):  # the evicted ones' clients are closed
+            mine[0].client.list_queues()
+        theirs = [sessions.login(stranger, PASSWORD, "127.0.0.1") for _ in range(2)]
+        assert len(sessions) == 6  # full: 4 of viewer, 2 of stranger
+        for s in (mine[5], mine[2], mine[3]):  # mine[4] is now viewer's least recently used
+            sessions.get(s.id)
+        third = sessions.login(stranger, PASSWORD, "127.0.0.1")
+        assert sessions.get(third.id) is third and len(sessions) == 6
+        assert sessions.get(mine[4].id) is None  # taken from the role holding the most
+        assert all(sessions.get(s.id) is s for s in theirs)
     finally:
         sessions.close()
 
@@ -365,6 +385,65 @@ def test_the_server_checks_the_password(scram_server: str, served: Any) -> None:
     status, answer = browser.login(role)
     assert (status, answer["user"]) == (200, role)
     assert [s["queue"] for s in browser.call("api/overview")[1]["stats"]] == ["jobs"]
+
+
+@pytest.fixture(scope="module")
+def dsn(scram_server: str) -> Iterator[str]:
+    """This module's database (``clean``, ``client`` and ``make_role`` use it): on the server
+    that checks passwords, migrated."""
+    with new_database(scram_server, "queue_pg_login") as db_dsn:
+        migrate(db_dsn)
+        yield db_dsn
+
+
+def test_a_login_the_server_did_not_check_is_refused(server_dsn: str, served: Any) -> None:
+    """On a server that trusts local connections any password would open any role, the
+    superuser too: the dashboard refuses a connection that used no password."""
+    name = "qp_trusted_" + os.urandom(4).hex()
+    with psycopg.connect(server_dsn, autocommit=True) as c:
+        c.execute(psql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE queue_pg_consumer").format(
+            psql.Identifier(name), psql.Literal(PASSWORD)))
+    try:
+        board = Dashboard(server_dsn, login=True, allow_superuser=True)
+        browser = Browser(served(board))
+        superuser = str(psycopg.conninfo.conninfo_to_dict(server_dsn).get("user", "postgres"))
+        for role, password in ((name, PASSWORD), (name, "anything"), (superuser, "guess")):
+            assert browser.login(role, password) == (401, {"error": NO_PASSWORD, "login": True})
+        assert len(board.sessions or []) == 0
+        assert browser.call("api/overview")[0] == 401
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as c:
+            c.execute(psql.SQL("DROP ROLE {}").format(psql.Identifier(name)))
+
+
+def test_superusers_and_the_schema_owner_need_allow_superuser(
+    clean: str, roles: dict[str, Role], served: Any
+) -> None:
+    params = psycopg.conninfo.conninfo_to_dict(clean)
+    admin, admin_password = str(params["user"]), str(params["password"])
+    owner_member = "qp_owner_member_" + os.urandom(4).hex()
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute(psql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            psql.Identifier(owner_member), psql.Literal(PASSWORD)))
+        owner = c.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace"
+                          " WHERE nspname = 'queue_pg'").fetchone()
+        assert owner is not None
+        c.execute(psql.SQL("GRANT {} TO {}").format(psql.Identifier(owner[0]),
+                                                    psql.Identifier(owner_member)))
+    try:
+        browser = Browser(served(Dashboard(clean, login=True)))
+        refused = (403, {"error": PRIVILEGED})
+        assert browser.login(admin, admin_password) == refused  # the superuser
+        assert browser.login(owner_member) == refused  # the schema owner's rights
+        assert browser.call("api/overview")[0] == 401
+        assert browser.login(roles["viewer"].name)[0] == 200  # an ordinary role: as before
+        allowed = Browser(served(Dashboard(clean, login=True, allow_superuser=True)))
+        status, answer = allowed.login(admin, admin_password)
+        assert (status, answer["user"]) == (200, admin)
+        assert allowed.login(owner_member)[0] == 200
+    finally:
+        with psycopg.connect(clean, autocommit=True) as c:
+            c.execute(psql.SQL("DROP ROLE {}").format(psql.Identifier(owner_member)))
 
 
 def test_cli_login_mode_needs_no_token(clean: str) -> None:

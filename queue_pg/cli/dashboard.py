@@ -25,11 +25,14 @@ __all__ = ["COMMANDS", "dashboard"]
 @click.option("--login", is_flag=True,
               help="Each browser logs in as a PostgreSQL role and sees and does what its grants"
                    " allow; the DSN only names the server.")
+@click.option("--allow-superuser", is_flag=True,
+              help="With --login: let superusers and the owner of the queue_pg schema log in"
+                   " (refused by default).")
 @click.option("--refresh", default=5.0, show_default=True, type=click.FloatRange(1, 3600),
               help="How often the pages poll, in seconds.")
 @pass_state
 def dashboard(state: CliState, host: str, port: int, allow_actions: bool, token: str | None,
-              login: bool, refresh: float) -> None:
+              login: bool, allow_superuser: bool, refresh: float) -> None:
     """Serve the web dashboard: charts of the last hour, the timeout advice, the messages in
     flight, the dead letters. Read-only unless --allow-actions and a token (or --login) are
     given; what it shows and may do is what the role of the DSN may, or with --login, what the
@@ -40,7 +43,7 @@ def dashboard(state: CliState, host: str, port: int, allow_actions: bool, token:
         fail("--allow-actions needs a token (set QUEUE_PG_DASHBOARD_TOKEN or --token) or --login")
     psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails now, in one line
     board = Dashboard(state.dsn, actions=allow_actions, token=token if allow_actions else None,
-                      refresh=refresh, login=login)
+                      refresh=refresh, login=login, allow_superuser=allow_superuser)
     need = " and ".join(n for n, on in (("a login", login), ("the token", bool(token))) if on)
     mode = f"actions enabled ({need} required)" if allow_actions else "read-only"
     if login:

@@ -127,12 +127,14 @@ class Dashboard:
     and its requests run as that role on a client of its session (at most ``max_sessions``,
     closed after ``idle_timeout`` idle seconds); the DSN's own role reads nothing. Actions then
     need the session's CSRF token instead of ``token`` (and ``token`` too, if one is given).
+    A login the server let in without checking a password is refused, and so are superusers
+    and the queue_pg schema's owner unless ``allow_superuser``.
     Call :meth:`handle`, or mount :attr:`wsgi` / :attr:`asgi`.
     """
 
     def __init__(self, source: str | Client, *, actions: bool = False, token: str | None = None,
                  refresh: float = 5.0, login: bool = False, max_sessions: int = 32,
-                 idle_timeout: float = 900.0) -> None:
+                 idle_timeout: float = 900.0, allow_superuser: bool = False) -> None:
         if actions and not token and not login:
             raise ValueError("actions need a token: pass token= (a long random string)")
         self.sessions: Sessions | None = None
@@ -140,7 +142,7 @@ class Dashboard:
             if not isinstance(source, str):
                 raise ValueError("login mode needs a DSN: each session connects as its role")
             self.sessions = Sessions(source, max_sessions=max_sessions,
-                                     idle_timeout=idle_timeout)
+                                     idle_timeout=idle_timeout, allow_superuser=allow_superuser)
         self._owns_client = isinstance(source, str) and not login
         # No sweep of its own: a dashboard only reads; the applications' clients take samples.
         self.client: Client | None = (
