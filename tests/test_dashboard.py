@@ -91,6 +91,7 @@ class Http:
     """A dashboard on a real port (queue_pg.dashboard.make_http_server), serving in a thread."""
 
     def __init__(self, board: Dashboard) -> None:
+        self.board = board
         self.server = make_http_server(board, "127.0.0.1", 0)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/"
@@ -147,7 +148,7 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
     status, answer, _ = ro.call("api/purge", {"queue": "jobs", "confirm": "jobs"}, token=TOKEN)
     assert status == 403 and "read-only" in answer["error"]
     status, answer, _ = ro.call("api/config")
-    assert answer == {"actions": False, "refresh": 5.0}
+    assert answer == {"actions": False, "refresh": 5.0, "token": False}
 
     rw = http(Dashboard(queues, actions=True, token=TOKEN))
     for token in (None, "", "wrong", TOKEN + "x"):
@@ -169,6 +170,33 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
     assert queues.stats("jobs").visible == 0
 
 
+READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice")
+
+
+@pytest.mark.parametrize("actions", [False, True])
+def test_a_token_guards_every_read(queues: Client, http: Any, actions: bool) -> None:
+    """With a token set, no data leaves without it: overview, history, messages in flight, dead
+    letters (their reasons and last errors), advice. The HTML shells, the static assets and
+    api/config hold no data and stay public, so the page can ask for the token."""
+    web = http(Dashboard(queues, actions=actions, token=TOKEN))
+    assert set(READS) == set(web.board._get)  # every data route is listed here
+    for path in READS:
+        for token in (None, "", "wrong", TOKEN + "x"):
+            status, answer, _ = web.call(path, token=token)
+            assert (status, answer.get("token")) == (401, True), (path, token)
+            assert "bad input" not in json.dumps(answer)
+        status, answer, _ = web.call(path, token=TOKEN)
+        assert status == 200, path
+    status, answer, _ = web.call("api/dead-letters", token=TOKEN)
+    assert {d["reason"] for d in answer} == {"bad input"}
+    assert web.call("api/config")[1] == {"actions": actions, "refresh": 5.0, "token": True}
+    for page in ("", "dead-letters", "static/dashboard.js"):
+        status, body, _ = web.call(page)
+        assert status == 200 and b"bad input" not in body
+    # no token set: the role of the DSN decides alone (keep it on 127.0.0.1, or use a token)
+    assert http(Dashboard(queues)).call("api/dead-letters")[0] == 200
+
+
 def test_a_role_does_what_its_grants_allow(
     queues: Client, request: pytest.FixtureRequest, http: Any
 ) -> None:
@@ -180,7 +208,7 @@ def test_a_role_does_what_its_grants_allow(
         status, answer, _ = web.call("api/purge", {"queue": "jobs", "confirm": "jobs"}, token=TOKEN)
         assert status == 403 and answer["type"] == AccessDenied.__name__
         assert "manage" in answer["error"]
-        status, answer, _ = web.call("api/dead-letters")
+        status, answer, _ = web.call("api/dead-letters", token=TOKEN)
         assert answer == []  # no grant on jobs-dlq: its dead letters are not this role's to see
         queues.grant("jobs", role.name, "manage")
         status, answer, _ = web.call("api/purge", {"queue": "jobs", "confirm": "jobs"}, token=TOKEN)
@@ -283,6 +311,9 @@ def test_mounted_as_asgi(queues: Client) -> None:
     status, headers, _ = asgi_call(app, "GET", "", root_path="/queues")
     assert status == 308 and headers[b"Location"] == b"/queues/"
     status, _, body = asgi_call(app, "GET", "/api/dead-letters", root_path="/queues")
+    assert status == 401 and json.loads(body)["token"] is True
+    status, _, body = asgi_call(app, "GET", "/api/dead-letters", root_path="/queues",
+                                headers=[(b"authorization", f"Bearer {TOKEN}".encode())])
     assert status == 200 and len(json.loads(body)) == 2
     status, _, body = asgi_call(app, "POST", "/api/redrive", body=b'{"dlq": "jobs-dlq", "confirm": "jobs-dlq"}',
                                 headers=[(b"content-type", b"application/json"),
@@ -308,7 +339,9 @@ web = Web(enforce_csrf_checks=True)
 print(json.dumps({
     "root": web.get("/queues").status_code,
     "page": web.get("/queues/").status_code,
-    "stats": [s["queue"] for s in web.get("/queues/api/overview").json()["stats"]],
+    "anonymous": web.get("/queues/api/overview").status_code,
+    "stats": [s["queue"] for s in web.get("/queues/api/overview",
+                                          headers={"Authorization": "Bearer tok"}).json()["stats"]],
     "purge": web.post("/queues/api/purge", {"queue": "jobs", "confirm": "jobs"},
                       content_type="application/json", headers={"Authorization": "Bearer tok"}).json(),
 }))
@@ -320,7 +353,8 @@ def test_mounted_in_django(queues: Client, clean: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", DJANGO_SCRIPT, clean], env=env, check=True,
                          capture_output=True, text=True, timeout=120).stdout
-    assert json.loads(out) == {"root": 301, "page": 200, "stats": ["jobs", "jobs-dlq"],
+    assert json.loads(out) == {"root": 301, "page": 200, "anonymous": 401,
+                               "stats": ["jobs", "jobs-dlq"],
                                "purge": {"queue": "jobs", "purged": 3}}
 
 

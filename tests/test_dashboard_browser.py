@@ -3,7 +3,9 @@
 A load process (tests/dashboard_load.py) sends, receives, fails and dead-letters messages the
 whole time; ``queue-pg dashboard`` processes serve the pages: one as the owner with actions
 enabled, one read-only as a role granted one queue, one with actions as a role that may not
-manage, and one in login mode where the browser logs in as a role. Playwright drives Debian's ``chromium`` (``$QUEUE_PG_CHROMIUM`` or the one on PATH)
+manage, and one in login mode where the browser logs in as a role. Its server checks passwords
+(scram-sha-256, a server of the tests' own: the dashboard refuses logins a server let in
+without one), and the dashboards with a token want it on every read. Playwright drives Debian's ``chromium`` (``$QUEUE_PG_CHROMIUM`` or the one on PATH)
 through ``executable_path``; the tests skip when either is missing. Every page is saved as a
 screenshot in ``$QUEUE_PG_SCREENSHOTS`` (default: a temporary folder named in the output).
 """
@@ -27,6 +29,7 @@ from psycopg import sql as psql
 
 from queue_pg import Client
 from queue_pg.install import migrate
+from tests.test_dashboard_login import scram_server  # noqa: F401
 
 pytestmark = pytest.mark.browser
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the [test] extra)")
@@ -85,13 +88,13 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(scram_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:  # noqa: F811
     shots = Path(os.environ.get("QUEUE_PG_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots in {shots}")
     procs: list[subprocess.Popen[str]] = []
     roles = [f"qp_dash_{label}_{uuid.uuid4().hex[:6]}" for label in ("viewer", "operator")]
-    with new_database(server_dsn, "queue_pg_dashboard") as dsn:
+    with new_database(scram_server, "queue_pg_dashboard") as dsn:
         migrate(dsn)
         w = World(dsn, shots)
         try:
@@ -105,12 +108,11 @@ def world(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 for role, queue in ((roles[0], "orders"), (roles[1], "orders"), (roles[1], "orders-dlq")):
                     c.execute("SELECT queue_pg.grant(%s, %s, 'receive')", [queue, role])
             params = psycopg.conninfo.conninfo_to_dict(dsn)
-            params.pop("password", None)
             w.roles = roles
             for key, flags, role in (("owner", ["--allow-actions"], None),
                                      ("viewer", [], roles[0]), ("operator", ["--allow-actions"], roles[1]),
                                      ("login", ["--login", "--allow-actions"], None)):
-                role_dsn = psycopg.conninfo.make_conninfo(**{**params, "user": role}) if role else dsn  # type: ignore[arg-type]
+                role_dsn = psycopg.conninfo.make_conninfo(**{**params, "user": role, "password": PASSWORD}) if role else dsn  # type: ignore[arg-type]
                 # in login mode the session replaces the token: none is given
                 token = "" if key == "login" else TOKEN
                 proc, w.urls[key] = dashboard(role_dsn, *flags, QUEUE_PG_DASHBOARD_TOKEN=token)
@@ -119,7 +121,7 @@ def world(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         finally:
             for proc in reversed(procs):
                 stop(proc)
-            with psycopg.connect(server_dsn, autocommit=True) as c:
+            with psycopg.connect(scram_server, autocommit=True) as c:
                 for role in roles:
                     c.execute(psql.SQL("DROP ROLE IF EXISTS {}").format(psql.Identifier(role)))
 
@@ -135,8 +137,10 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A fresh page (own storage); fails the test on any script error or console error."""
+    """A fresh page (own storage) holding the token, as if typed once into the page's form;
+    fails the test on any script error or console error."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.add_init_script(f"sessionStorage.setItem('queue_pg_token', {TOKEN!r})")
     p = context.new_page()
     problems: list[str] = []
     p.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -241,20 +245,13 @@ def test_purge_behind_a_confirmation(world: World, page: Any) -> None:
     purged = "SELECT count(*) FROM queue_pg.message_history WHERE queue = 'emails' AND outcome = 'purged'"
     open_page(page, world.urls["owner"] + "queue?name=emails")
     page.click("#purge")
-    confirm(page, "emails", "email", TOKEN)  # a name not quite right: Confirm stays disabled
+    confirm(page, "emails", "email", None)  # a name not quite right: Confirm stays disabled
     shot(world, page, "purge-dialog")
     page.click("#confirm-cancel")
     assert world.count(purged) == 0
 
     page.click("#purge")
-    confirm(page, "emails", "emails", "not-the-token")
-    page.click("#confirm-ok")
-    page.wait_for_selector("#status.error")
-    assert "wrong or missing token" in page.inner_text("#status")
-    assert world.count(purged) == 0
-
-    page.click("#purge")
-    confirm(page, "emails", "emails", TOKEN)
+    confirm(page, "emails", "emails", None)
     page.click("#confirm-ok")
     page.wait_for_selector("#status:not(.error):has-text('Purged')")
     n = int(re.search(r"Purged (\d+) messages from emails", page.inner_text("#status")).group(1))  # type: ignore[union-attr]
@@ -268,7 +265,7 @@ def test_redrive_a_dead_letter_queue(world: World, page: Any) -> None:
     open_page(page, world.urls["owner"] + "dead-letters")
     page.wait_for_selector("[data-redrive='orders-dlq']")
     page.click("[data-redrive='orders-dlq']")
-    confirm(page, "orders-dlq", "orders-dlq", TOKEN)
+    confirm(page, "orders-dlq", "orders-dlq", None)
     page.click("#confirm-ok")
     page.wait_for_selector("#status:has-text('Redrove')")
     n = int(re.search(r"Redrove (\d+) messages from orders-dlq", page.inner_text("#status")).group(1))  # type: ignore[union-attr]
@@ -294,12 +291,33 @@ def test_a_read_only_role_sees_its_queue_only(world: World, page: Any) -> None:
 def test_a_role_without_manage_is_refused_by_sql(world: World, page: Any) -> None:
     open_page(page, world.urls["operator"] + "queue?name=orders")
     page.click("#purge")
-    confirm(page, "orders", "orders", TOKEN)
+    confirm(page, "orders", "orders", None)
     page.click("#confirm-ok")
     page.wait_for_selector("#status.error")
     assert "permission denied" in page.inner_text("#status")
     assert "manage" in page.inner_text("#status")
     shot(world, page, "operator-refused")
+
+
+def test_a_token_dashboard_asks_for_it_before_showing_anything(world: World, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})  # no token held
+    try:
+        page = context.new_page()
+        page.goto(world.urls["owner"] + "dead-letters")
+        page.wait_for_selector("#token-form:not([hidden])")
+        assert page.locator("#content").inner_text() == ""
+        shot(world, page, "token")
+        page.fill("#token-value", "not-the-token")
+        page.click("#token-submit")
+        page.wait_for_selector("#status.error")
+        assert "wrong or missing token" in page.inner_text("#status")
+        assert page.locator("#content").inner_text() == ""
+        page.fill("#token-value", TOKEN)
+        page.click("#token-submit")
+        page.wait_for_selector("#dead-letters")
+        assert page.locator("#token-form").is_hidden()
+    finally:
+        context.close()
 
 
 def test_logging_in_as_a_role(world: World, page: Any) -> None:

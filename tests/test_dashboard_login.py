@@ -123,8 +123,10 @@ def test_each_session_runs_as_its_role(
     url = served(Dashboard(clean, login=True, actions=True))
     viewer, stranger, anonymous = Browser(url), Browser(url), Browser(url)
 
-    status, answer, _ = anonymous.call("api/overview")
-    assert (status, answer["login"]) == (401, True)  # nothing is read before a login
+    for path in ("api/overview", "api/history", "api/in-flight", "api/dead-letters",
+                 "api/advice"):
+        status, answer, _ = anonymous.call(path)
+        assert (status, answer["login"]) == (401, True), path  # nothing is read before a login
     assert anonymous.call("api/config")[1] == {
         "actions": True, "refresh": 5.0, "login": True, "token": False, "user": None, "csrf": None}
     assert anonymous.call("")[0] == 200  # the page itself: it shows the login form

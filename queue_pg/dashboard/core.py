@@ -119,9 +119,10 @@ def _asset(name: str) -> bytes:
 class Dashboard:
     """The web dashboard of the queues the role of ``source`` may see.
 
-    ``source`` is a DSN or a :class:`queue_pg.Client` (kept open by its owner). ``actions``
-    and a non-empty ``token`` together enable purge and redrive; requests must carry the token
-    (``Authorization: Bearer <token>``). ``refresh`` is how often the pages poll, in seconds.
+    ``source`` is a DSN or a :class:`queue_pg.Client` (kept open by its owner). A non-empty
+    ``token`` guards every read and action (``Authorization: Bearer <token>``; the HTML shells,
+    static assets and ``api/config`` hold no data and stay public); with ``actions`` it enables
+    purge and redrive. ``refresh`` is how often the pages poll, in seconds.
 
     ``login=True`` (``source`` a DSN): a browser logs in with a PostgreSQL role and password,
     and its requests run as that role on a client of its session (at most ``max_sessions``,
@@ -183,8 +184,10 @@ class Dashboard:
             return self._route(request)
         except Refused as exc:
             answer: dict[str, Any] = {"error": str(exc)}
-            if self.sessions is not None and exc.status == 401:
+            if self.sessions is not None and exc.status == 401 and not exc.token:
                 answer["login"] = True  # the page shows its login form
+            if exc.token:
+                answer["token"] = True  # the page asks for the token
             return _json(exc.status, answer)
         except QueueError as exc:
             status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
@@ -203,6 +206,7 @@ class Dashboard:
             if r.path == "api/config":
                 return _json(200, self._config(r))
             if r.path in self._get:
+                self._check_token(r)
                 with self._client(r) as client:
                     return _json(200, self._get[r.path](r, client))
             raise Refused(404, f"no page {r.path!r}")
@@ -222,11 +226,11 @@ class Dashboard:
                       f"{r.method} {r.path!r} is not served")
 
     def _config(self, r: Request) -> dict[str, Any]:
-        config: dict[str, Any] = {"actions": self.actions, "refresh": self.refresh}
+        config: dict[str, Any] = {"actions": self.actions, "refresh": self.refresh,
+                                  "token": bool(self._token)}
         if self.sessions is not None:
             session = self.sessions.get(_session_id(r))
-            config.update(login=True, token=bool(self._token),
-                          user=session.user if session else None,
+            config.update(login=True, user=session.user if session else None,
                           csrf=session.csrf if session else None)
         return config
 
@@ -273,11 +277,17 @@ class Dashboard:
                                "and a token to purge or redrive")
         if self.sessions is not None:
             self._check_csrf(r, self._session(r))
-        if self._token or self.sessions is None:
-            given = r.headers.get("authorization", "").removeprefix("Bearer ").encode()
-            if not hmac.compare_digest(given, self._token):
-                raise Refused(401, "wrong or missing token (Authorization: Bearer <token>)")
+        self._check_token(r)  # actions without a login always have a token (see __init__)
         return _json_body(r)
+
+    def _check_token(self, r: Request) -> None:
+        """Refuses a request without the token, when one is set."""
+        if not self._token:
+            return
+        given = r.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        if not hmac.compare_digest(given, self._token):
+            raise Refused(401, "wrong or missing token (Authorization: Bearer <token>)",
+                          token=True)
 
     # --- mounting ---------------------------------------------------------------------------
 

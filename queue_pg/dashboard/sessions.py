@@ -47,9 +47,10 @@ MAX_PER_USER = 4  # sessions one role keeps at once: its next login ends its old
 class Refused(Exception):
     """A request the dashboard answers with ``status`` and the message, before any SQL."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, token: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.token = token  # the page then asks for the token
 
 
 @dataclass

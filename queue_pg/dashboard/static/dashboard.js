@@ -23,19 +23,29 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// A dashboard with a token wants it on every read: the page asks once, keeps it in the tab.
+function tokenHeaders(headers) {
+  const token = sessionStorage.getItem("queue_pg_token");
+  if (token) headers.Authorization = "Bearer " + token;
+  return headers;
+}
+
 async function getJson(url) {
-  const r = await fetch(url, { headers: { Accept: "application/json" } });
+  const r = await fetch(url, { headers: tokenHeaders({ Accept: "application/json" }) });
   const body = await r.json();
   if (r.status === 401 && body.login) location.reload(); // the session ended: log in again
+  if (r.status === 401 && body.token) throw new NeedToken(body.error);
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
 }
+
+class NeedToken extends Error {}
 
 // Login mode: a POST of the session carries its CSRF token; the session cookie goes by itself.
 async function postJson(url, body) {
   const headers = { "Content-Type": "application/json" };
   if (config.csrf) headers["X-CSRF-Token"] = config.csrf;
-  if (needsToken()) headers.Authorization = "Bearer " + (sessionStorage.getItem("queue_pg_token") || "");
+  if (needsToken()) tokenHeaders(headers);
   return fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
 }
 
@@ -308,6 +318,10 @@ async function refresh() {
     if (loadFailed) status("");
     loadFailed = false;
   } catch (e) {
+    if (e instanceof NeedToken) {
+      showTokenForm(sessionStorage.getItem("queue_pg_token") ? e.message : "");
+      return false;
+    }
     status("Could not load: " + e.message, true);
     loadFailed = true;
   }
@@ -316,8 +330,22 @@ async function refresh() {
 }
 
 async function loop() {
-  await refresh();
+  if ((await refresh()) === false) return; // the token form waits for the token
   setTimeout(loop, config.refresh * 1000);
+}
+
+function showTokenForm(error) {
+  sessionStorage.removeItem("queue_pg_token");
+  content.replaceChildren();
+  if (error) status(error, true);
+  const form = document.getElementById("token-form");
+  form.hidden = false;
+  document.getElementById("token-value").focus();
+  form.onsubmit = (event) => {
+    event.preventDefault();
+    sessionStorage.setItem("queue_pg_token", document.getElementById("token-value").value);
+    location.reload();
+  };
 }
 
 async function start() {
