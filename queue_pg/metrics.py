@@ -149,6 +149,9 @@ def asgi_app(client: Client, window: float = 600) -> Callable[..., Any]:
     return make_asgi_app(registry(client, window))
 
 
-def serve(client: Client, port: int = 9464, addr: str = "0.0.0.0", window: float = 600) -> Any:
-    """Serve the metrics over HTTP in a background thread; returns (server, thread)."""
+def serve(client: Client, port: int = 9464, addr: str = "127.0.0.1", window: float = 600) -> Any:
+    """Serve the metrics over HTTP in a background thread; returns (server, thread).
+
+    ``addr`` is loopback by default: the metrics name every queue the role sees and ask for no
+    credentials, so another address is a choice to make (docs/monitoring.md)."""
     return start_http_server(port, addr=addr, registry=registry(client, window))

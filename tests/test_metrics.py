@@ -231,8 +231,37 @@ def test_grafana_dashboard_queries_only_exported_metrics(served: tuple[str, Clie
             "queue_pg_recommended_timeout_seconds", "queue_pg_messages_sent_total"} <= used
 
 
+def listening_on(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) of the TCP sockets listening
+    on ``port`` on this machine."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+def test_metrics_listen_on_loopback_unless_told(client: Client) -> None:
+    """The metrics name every queue and need no credentials: by default only this machine
+    reaches them, as for the dashboard."""
+    server, _ = serve(client, port=0)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        assert listening_on(server.server_port) == {"0100007F"}  # 127.0.0.1, no other address
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_metrics_command_serves_until_interrupted(client: Client, clean: str) -> None:
-    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C."""
+    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C; it
+    listens on 127.0.0.1 when no --addr is given."""
     client.create_queue("jobs")
     client.send_batch("jobs", [1, 2, 3])
     with socket.socket() as s:  # a free port
@@ -241,7 +270,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
-         "metrics", "--port", str(port), "--addr", "127.0.0.1"],
+         "metrics", "--port", str(port)],
         env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
@@ -250,6 +279,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
             line = proc.stderr.readline()
             assert line or proc.poll() is None, "the command ended before serving"
         assert f"http://127.0.0.1:{port}/metrics" in line
+        assert listening_on(port) == {"0100007F"}
         families = scrape(f"http://127.0.0.1:{port}/metrics")
         assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
     finally:

@@ -52,7 +52,9 @@ def top(state: State, window: float, interval: float) -> None:
 
 @click.command()
 @click.option("--port", type=click.IntRange(0, 65535), default=9464, show_default=True)
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--addr", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; the metrics name every queue"
+                   " and ask for no credentials).")
 @_window
 @pass_state
 def metrics(state: State, port: int, addr: str, window: float) -> None:
