@@ -25,7 +25,8 @@ import pytest
 from queue_pg import AccessDenied, Client, InvalidParameter, QueueNotFound
 from queue_pg.dashboard import Dashboard, Request, make_http_server
 from queue_pg.dashboard.adapters import WsgiApp
-from tests.test_access import CONSUMER, MakeRole, make_role  # noqa: F401
+from queue_pg.dashboard.core import BODY_CHARS
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "t0ken-for-tests"
@@ -170,7 +171,8 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
     assert queues.stats("jobs").visible == 0
 
 
-READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice")
+READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice",
+         "api/throughput?seconds=86400", "api/messages?queue=jobs")
 
 
 @pytest.mark.parametrize("actions", [False, True])
@@ -179,12 +181,12 @@ def test_a_token_guards_every_read(queues: Client, http: Any, actions: bool) -> 
     letters (their reasons and last errors), advice. The HTML shells, the static assets and
     api/config hold no data and stay public, so the page can ask for the token."""
     web = http(Dashboard(queues, actions=actions, token=TOKEN))
-    assert set(READS) == set(web.board._get)  # every data route is listed here
+    assert {r.split("?")[0] for r in READS} == set(web.board._get)  # every data route is here
     for path in READS:
         for token in (None, "", "wrong", TOKEN + "x"):
             status, answer, _ = web.call(path, token=token)
             assert (status, answer.get("token")) == (401, True), (path, token)
-            assert "bad input" not in json.dumps(answer)
+            assert "bad input" not in json.dumps(answer) and '"n"' not in json.dumps(answer)
         status, answer, _ = web.call(path, token=TOKEN)
         assert status == 200, path
     status, answer, _ = web.call("api/dead-letters", token=TOKEN)
@@ -195,6 +197,38 @@ def test_a_token_guards_every_read(queues: Client, http: Any, actions: bool) -> 
         assert status == 200 and b"bad input" not in body
     # no token set: the role of the DSN decides alone (keep it on 127.0.0.1, or use a token)
     assert http(Dashboard(queues)).call("api/dead-letters")[0] == 200
+
+
+def test_bodies_on_request_for_a_role_that_may_receive(
+    queues: Client, request: pytest.FixtureRequest, http: Any
+) -> None:
+    """api/messages shows the first visible messages' bodies as JSON text (cut at BODY_CHARS,
+    hostile characters escaped); peek decides who may: a role with receive on the queue, not a
+    role that may only send there."""
+    new_role: MakeRole = request.getfixturevalue("make_role")
+    reader, sender = new_role("reader", CONSUMER), new_role("sender", PRODUCER)
+    queues.create_queue("bodies")
+    queues.send("bodies", {"text": "\x9b" + "z" * 5000})
+    queues.grant("bodies", reader.name, "receive")
+    queues.grant("bodies", sender.name, "send")
+    with reader.client() as c:
+        status, answer, _ = http(Dashboard(c)).call("api/messages?queue=bodies")
+    assert status == 200 and len(answer) == 1
+    assert answer[0]["truncated"] is True and len(answer[0]["body"]) == BODY_CHARS
+    assert answer[0]["body"].startswith('{"text": "\\u009bzzz')  # the C1 character escaped
+    with sender.client() as c:
+        status, answer, _ = http(Dashboard(c)).call("api/messages?queue=bodies")
+    assert status == 403  # a producer may not peek at all; a consumer only where it receives
+    web = http(Dashboard(queues))
+    assert web.call("api/messages")[0] == 400
+
+
+def test_throughput_over_a_day_from_the_rollups(queues: Client, http: Any) -> None:
+    web = http(Dashboard(queues))
+    status, answer, _ = web.call("api/throughput?seconds=604800&queue=jobs")
+    assert status == 200 and isinstance(answer, list)
+    status, answer, _ = web.call("api/throughput?seconds=9999999")
+    assert status == 400 and "seconds" in answer["error"]
 
 
 def test_a_role_does_what_its_grants_allow(

@@ -23,8 +23,11 @@ from http.cookies import CookieError, SimpleCookie
 from importlib import resources
 from typing import Any
 
+from queue_pg._ops import Call
 from queue_pg.client import Client
 from queue_pg.dashboard.sessions import Refused, Session, Sessions
+from queue_pg.decode import Columns, Rows
+from queue_pg.display import fmt_json
 from queue_pg.errors import (
     AccessDenied,
     InvalidParameter,
@@ -56,6 +59,10 @@ STATUS = {QueueNotFound: 404, AccessDenied: 403, InvalidParameter: 400, ServerUn
           SchemaMissing: 503}
 MAX_BODY = 4096
 COOKIE = "queue_pg_session"
+#: A message body on the page: its JSON text, cut to this many characters.
+BODY_CHARS = 2000
+#: How many messages api/messages shows at most.
+MAX_MESSAGES = 50
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,12 @@ class Dashboard:
             "api/dead-letters": lambda r, c: c.dead_letters(
                 r.query.get("queue") or None, limit=_limit(r.query.get("limit"))),
             "api/advice": lambda r, c: c.timeout_advice(r.query.get("queue") or None),
+            # 24 hours, 7 days: finished messages per hour, from the history rollups
+            "api/throughput": lambda r, c: c._run(_throughput(
+                r.query.get("queue") or None, _seconds(r.query.get("seconds"))), None),
+            # bodies on request, for a role that may receive from the queue (peek checks)
+            "api/messages": lambda r, c: _messages(c, r.query.get("queue"),
+                                                   r.query.get("limit")),
         }
         self._post: dict[str, Callable[[dict[str, Any], Client], Any]] = {
             "api/purge": _purge, "api/redrive": _redrive,
@@ -352,6 +365,29 @@ def _overview(client: Client) -> dict[str, Any]:
                     "visibility_timeout": q.visibility_timeout}
                    for q in client.list_queues() if q.name in seen],
     }
+
+
+def _throughput(queue: str | None, seconds: float) -> Call[list[dict[str, Any]]]:
+    def decode(columns: Columns, rows: Rows) -> list[dict[str, Any]]:
+        return [dict(zip(columns, row, strict=True)) for row in rows]
+
+    return Call("select * from queue_pg.queue_throughput(%(queue)s, %(seconds)s)",
+                {"queue": queue, "seconds": seconds}, decode)
+
+
+def _messages(client: Client, queue: str | None, limit: str | None) -> list[dict[str, Any]]:
+    """The first visible messages of ``queue`` with their bodies as JSON text, each cut to
+    BODY_CHARS (``truncated`` says so): peek refuses a role that may not receive from it."""
+    if not queue:
+        raise Refused(400, "queue = the name of a queue is required")
+    n = min(_limit(limit or "10"), MAX_MESSAGES)
+    shown = []
+    for m in client.peek(queue, n):
+        body = fmt_json(m.body)
+        shown.append({"id": m.id, "queue": m.queue, "receive_count": m.receive_count,
+                      "enqueued_at": m.enqueued_at, "attributes": fmt_json(m.attributes or {}),
+                      "body": body[:BODY_CHARS], "truncated": len(body) > BODY_CHARS})
+    return shown
 
 
 def _purge(body: dict[str, Any], client: Client) -> dict[str, Any]:

@@ -39,3 +39,35 @@ BEGIN
     WHERE x.at >= since
     ORDER BY x.name, x.at;
 END $$;
+
+-- The dashboard's longer ranges (24 hours, 7 days): each queue's finished messages per hour,
+-- read from the history rollups (an hour row, else the hour's minute rows), as rates per
+-- second: messages finished, dead-lettered, and leases that lapsed. No bodies, no types; a
+-- role sees only the queues it has some grant on (_sees).
+CREATE OR REPLACE FUNCTION queue_pg.queue_throughput(queue_name text DEFAULT NULL, seconds double precision DEFAULT 86400)
+RETURNS TABLE (queue text, at timestamptz, finished_per_s double precision,
+               dead_lettered_per_s double precision, lease_expiries_per_s double precision)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    only_id integer;
+    since timestamptz;
+BEGIN
+    PERFORM queue_pg._check('seconds', seconds, 1, 8 * 86400);
+    IF queue_name IS NOT NULL THEN
+        only_id := (queue_pg._queue(queue_name)).id;
+    END IF;
+    since := queue_pg._floor_to(queue_pg._now() - queue_pg._seconds(seconds), 3600);
+    RETURN QUERY
+    SELECT q.name, queue_pg._floor_to(r.start, 3600) AS hour,
+           sum(r.messages)::float8 / 3600, sum(r.dead_lettered)::float8 / 3600,
+           sum(r.lease_expiries)::float8 / 3600
+    FROM queue_pg.queues q
+    JOIN queue_pg.history_rollups r ON r.queue_id = q.id AND r.start >= since
+    WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
+      AND (r.minutes = 60 OR NOT EXISTS (
+            SELECT 1 FROM queue_pg.history_rollups h
+            WHERE h.queue_id = r.queue_id AND h.minutes = 60
+              AND h.start = queue_pg._floor_to(r.start, 3600)))
+    GROUP BY q.name, hour
+    ORDER BY q.name, hour;
+END $$;
