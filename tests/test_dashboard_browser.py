@@ -356,3 +356,114 @@ def test_logging_in_as_a_role(world: World, page: Any) -> None:
     page.wait_for_selector("#login:not([hidden])")
     assert page.locator("#user").is_hidden()
     assert page.locator("#content").inner_text() == ""
+
+
+LONG = "W" * 5600  # an unbroken error as long as the one that once widened a page to 5,600 px
+
+
+def token_context(browser: Any, width: int) -> Any:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.add_init_script(f"sessionStorage.setItem('queue_pg_token', {TOKEN!r})")
+    return context
+
+
+def fits(page: Any, where: str) -> None:
+    """The page is no wider than the window: nothing scrolls sideways but inside a table."""
+    width, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= inner, f"{where}: {width} px wide in a window of {inner}"
+
+
+def test_long_unbroken_text_keeps_every_page_within_the_window(world: World, browser: Any) -> None:
+    queue, dlq = "L" * 80, "D" * 80  # the longest names SQL allows
+    with Client(world.owner_dsn, sweep_interval=None) as owner:
+        owner.create_queue(dlq)
+        owner.create_queue(queue, dead_letter_queue=dlq, max_receive_count=50)
+        for _ in range(3):  # finished work of a long type: a row of advice
+            owner.send(queue, {"n": 0}, attributes={"type": LONG})
+        for m in owner.receive(queue, max_messages=3):
+            owner.delete(queue, m.receipt or "")
+        owner.send(queue, {"leased": LONG}, attributes={"type": LONG})
+        owner.send(queue, {"dead": LONG}, attributes={"type": LONG})
+        for m in owner.receive(queue, max_messages=2, visibility_timeout=600):
+            if m.body == {"dead": LONG}:  # the error a worker recorded, and a reason (<= 1 KB)
+                owner.update(queue, m.receipt or "", visibility_timeout=None,
+                             attributes={"error": {"type": "ValueError", "message": LONG}})
+                owner.dead_letter(queue, m.receipt or "", reason=LONG[:1024])
+        owner.send(queue, {"visible": LONG}, attributes={"type": LONG})
+    for width in (1400, 900):
+        context = token_context(browser, width)
+        try:
+            page = context.new_page()
+            for path in ("", f"queue?name={queue}", f"queue?name={dlq}", "in-flight", "dead-letters",
+                         "advice"):
+                open_page(page, world.urls["owner"] + path)
+                if path.startswith("queue"):
+                    page.wait_for_selector("#queue-name")
+                fits(page, f"{path or 'overview'} at {width}")
+            open_page(page, world.urls["owner"] + "dead-letters")
+            page.fill("[data-filter='dead-letters']", LONG[:50])
+            row = page.locator("#dead-letters tbody tr").filter(has_text=LONG[:150]).first
+            row.wait_for()
+            assert "\u2026" in row.inner_text()  # cut at 200 characters; the tooltip holds more
+            fits(page, f"dead letters filtered at {width}")
+            open_page(page, world.urls["owner"] + f"queue?name={queue}")
+            page.click("#show-bodies")
+            page.wait_for_selector("[data-list='bodies'] pre.body")
+            assert "visible" in page.inner_text("[data-list='bodies']")
+            fits(page, f"bodies at {width}")
+            shot(world, page, f"long-text-{width}")
+        finally:
+            context.close()
+
+
+def test_every_list_has_pages_and_a_filter_that_survive_polls(world: World, browser: Any) -> None:
+    with Client(world.owner_dsn, sweep_interval=None) as owner:
+        owner.create_queue("paged-dlq")
+        owner.create_queue("paged", dead_letter_queue="paged-dlq", max_receive_count=50)
+        owner.send_batch("paged", [{"n": i} for i in range(120)])
+        got = owner.receive("paged", max_messages=120, visibility_timeout=600)
+        assert len(got) == 120
+        for i, m in enumerate(got):
+            owner.dead_letter("paged", m.receipt or "", reason="needle" if i < 3 else f"hay {i}")
+    context = token_context(browser, 1400)
+    try:
+        page = context.new_page()
+        open_page(page, world.urls["owner"] + "queue?name=paged-dlq")
+        info = page.locator("[data-info='dead-letters']")
+        page.wait_for_selector("[data-info='dead-letters']:has-text('1\u201350 of 120')")
+        assert page.locator("#dead-letters tbody tr").count() == 50
+        page.click("[data-next='dead-letters']")
+        assert info.inner_text().startswith("51\u2013100 of 120")
+        page.fill("[data-filter='dead-letters']", "needle")
+        assert info.inner_text() == "1\u20133 of 3"
+        polled(page, 2)  # the page redrew twice: the filter, its focus and its rows stay
+        assert info.inner_text() == "1\u20133 of 3"
+        assert page.evaluate("document.activeElement.dataset.filter") == "dead-letters"
+        assert page.locator("#dead-letters tbody tr").count() == 3
+        shot(world, page, "paged")
+    finally:
+        context.close()
+
+
+def test_charts_move_from_the_first_seconds(world: World, browser: Any) -> None:
+    """A queue sweep has not sampled yet still gets a point per poll (every second here);
+    the 24-hour range charts the hourly rollups instead."""
+    with Client(world.owner_dsn, sweep_interval=None) as owner:
+        owner.create_queue("fresh")
+        owner.send_batch("fresh", [1, 2, 3])
+    context = token_context(browser, 1400)
+    try:
+        page = context.new_page()
+        open_page(page, world.urls["owner"])
+        polled(page, 3)
+        points = int(page.get_attribute("[data-chart='depth:fresh']", "data-points") or 0)
+        assert points >= 3, points  # sweep samples at most every 15 seconds
+        page.select_option("#range", "86400")
+        page.wait_for_selector("[data-chart='throughput:orders']")
+        assert page.locator("[data-chart^='depth:']").count() == 0
+        assert page.input_value("#range") == "86400"
+        shot(world, page, "range-24h")
+        page.select_option("#range", "3600")
+        page.wait_for_selector("[data-chart='depth:orders']")
+    finally:
+        context.close()

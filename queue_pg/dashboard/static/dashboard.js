@@ -130,7 +130,9 @@ function list(id, columns, rows, empty, capped) {
     s.prev = el("button", { type: "button", class: "pager", "data-prev": id }, "‹ previous");
     s.next = el("button", { type: "button", class: "pager", "data-next": id }, "next ›");
     s.info = el("span", { class: "page-info", "data-info": id });
-    s.holder = el("div", { class: "list", "data-list": id });
+    s.controls = el("div", { class: "list-controls" }, s.input, s.prev, s.info, s.next);
+    s.rowsHolder = el("div");
+    s.holder = el("div", { class: "list", "data-list": id }, s.controls, s.rowsHolder);
     s.input.oninput = () => { s.filter = s.input.value.toLowerCase(); s.page = 0; drawList(s); };
     s.prev.onclick = () => { s.page -= 1; drawList(s); };
     s.next.onclick = () => { s.page += 1; drawList(s); };
@@ -155,10 +157,9 @@ function drawList(s) {
     : "";
   s.prev.disabled = s.page === 0;
   s.next.disabled = s.page >= pages - 1;
-  const controls = s.rows.length > 0
-    ? el("div", { class: "list-controls" }, s.input, s.prev, s.info, s.next) : "";
-  s.holder.replaceChildren(...[controls, table(s.id, s.columns, shown,
-    s.filter && s.rows.length ? "Nothing matches the filter." : s.empty)].filter((p) => p !== ""));
+  s.controls.hidden = s.rows.length === 0;
+  s.rowsHolder.replaceChildren(table(s.id, s.columns, shown,
+    s.filter && s.rows.length ? "Nothing matches the filter." : s.empty));
 }
 
 // --- charts (uPlot, shipped in static/) --------------------------------------------------------
@@ -458,6 +459,7 @@ async function refresh() {
   try {
     const parts = await pages[page]();
     // charts and list controls keep their element across polls: re-append, not re-create
+    // (which loses the focus of a filter being typed in: given back, with its caret)
     const focused = document.activeElement;
     const caret = focused && focused.classList.contains("filter") ? focused.selectionStart : null;
     content.replaceChildren(...parts.filter((p) => p !== ""));
