@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -172,7 +173,7 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
 
 
 READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice",
-         "api/throughput?seconds=86400", "api/messages?queue=jobs")
+         "api/throughput?seconds=86400", "api/messages?queue=jobs", "api/workers")
 
 
 @pytest.mark.parametrize("actions", [False, True])
@@ -223,6 +224,33 @@ def test_bodies_on_request_for_a_role_that_may_receive(
     assert web.call("api/messages")[0] == 400
 
 
+def test_workers_page_lists_live_and_lost_consumers_a_role_may_see(
+    queues: Client, clean: str, request: pytest.FixtureRequest, http: Any
+) -> None:
+    new_role: MakeRole = request.getfixturevalue("make_role")
+    watcher, stranger = new_role("watcher", CONSUMER), new_role("stranger", CONSUMER)
+    queues.grant("jobs", watcher.name, "receive")
+    name = "host\x1b]0;x\x07:42"  # the worker's own text: the page shows it as text
+    with psycopg.connect(clean, autocommit=True) as session:
+        me = queues.register_consumer(session, name=name)
+        assert me is not None
+        assert len(queues.receive("jobs", max_messages=2, consumer=me, visibility_timeout=600)) == 2
+        with watcher.client() as c:
+            status, answer, _ = http(Dashboard(c)).call("api/workers")
+        assert status == 200
+        assert [(w["id"], w["name"], w["queues"], w["running"], w["alive"]) for w in answer] == [
+            (me, name, ["jobs"], 2, True)]
+        with stranger.client() as c:  # no grant on jobs: not its worker to see
+            assert http(Dashboard(c)).call("api/workers")[1] == []
+    deadline = time.monotonic() + 30  # the session ended: its lock is free at once
+    while time.monotonic() < deadline:
+        [w] = http(Dashboard(queues)).call("api/workers")[1]
+        if not w["alive"]:
+            break
+        time.sleep(0.1)
+    assert w["alive"] is False
+
+
 def test_throughput_over_a_day_from_the_rollups(queues: Client, http: Any) -> None:
     web = http(Dashboard(queues))
     status, answer, _ = web.call("api/throughput?seconds=604800&queue=jobs")
@@ -251,7 +279,7 @@ def test_a_role_does_what_its_grants_allow(
 
 def test_pages_assets_and_headers(queues: Client, http: Any) -> None:
     web = http(Dashboard(queues))
-    for page in ("", "queue?name=jobs", "in-flight", "dead-letters", "advice"):
+    for page in ("", "queue?name=jobs", "in-flight", "dead-letters", "advice", "workers"):
         status, body, headers = web.call(page)
         assert status == 200 and b"static/dashboard.js" in body
         assert "script-src 'self'" in headers["Content-Security-Policy"]

@@ -390,30 +390,42 @@ def test_long_unbroken_text_keeps_every_page_within_the_window(world: World, bro
                              attributes={"error": {"type": "ValueError", "message": LONG}})
                 owner.dead_letter(queue, m.receipt or "", reason=LONG[:1024])
         owner.send(queue, {"visible": LONG}, attributes={"type": LONG})
-    for width in (1400, 900):
-        context = token_context(browser, width)
-        try:
-            page = context.new_page()
-            for path in ("", f"queue?name={queue}", f"queue?name={dlq}", "in-flight", "dead-letters",
-                         "advice"):
-                open_page(page, world.urls["owner"] + path)
-                if path.startswith("queue"):
-                    page.wait_for_selector("#queue-name")
-                fits(page, f"{path or 'overview'} at {width}")
-            open_page(page, world.urls["owner"] + "dead-letters")
-            page.fill("[data-filter='dead-letters']", LONG[:50])
-            row = page.locator("#dead-letters tbody tr").filter(has_text=LONG[:150]).first
-            row.wait_for()
-            assert "\u2026" in row.inner_text()  # cut at 200 characters; the tooltip holds more
-            fits(page, f"dead letters filtered at {width}")
-            open_page(page, world.urls["owner"] + f"queue?name={queue}")
-            page.click("#show-bodies")
-            page.wait_for_selector("[data-list='bodies'] pre.body")
-            assert "visible" in page.inner_text("[data-list='bodies']")
-            fits(page, f"bodies at {width}")
-            shot(world, page, f"long-text-{width}")
-        finally:
-            context.close()
+    worker = psycopg.connect(world.owner_dsn, autocommit=True)  # a registered consumer
+    try:
+        with Client(world.owner_dsn, sweep_interval=None) as owner:
+            me = owner.register_consumer(worker, name="<b>" + "H" * 190 + ":1</b>")
+            assert owner.receive(queue, max_messages=1, consumer=me, visibility_timeout=600)
+            owner.send(queue, {"visible": LONG}, attributes={"type": LONG})  # for the bodies
+        for width in (1400, 900):
+            context = token_context(browser, width)
+            try:
+                page = context.new_page()
+                open_page(page, world.urls["owner"] + "workers")
+                page.wait_for_selector("#workers tbody tr:has-text('<b>HHH')")
+                assert page.locator("#workers b").count() == 0  # its name is text
+                fits(page, f"workers at {width}")
+                for path in ("", f"queue?name={queue}", f"queue?name={dlq}", "in-flight", "dead-letters",
+                             "advice"):
+                    open_page(page, world.urls["owner"] + path)
+                    if path.startswith("queue"):
+                        page.wait_for_selector("#queue-name")
+                    fits(page, f"{path or 'overview'} at {width}")
+                open_page(page, world.urls["owner"] + "dead-letters")
+                page.fill("[data-filter='dead-letters']", LONG[:50])
+                row = page.locator("#dead-letters tbody tr").filter(has_text=LONG[:150]).first
+                row.wait_for()
+                assert "\u2026" in row.inner_text()  # cut at 200 characters; the tooltip holds more
+                fits(page, f"dead letters filtered at {width}")
+                open_page(page, world.urls["owner"] + f"queue?name={queue}")
+                page.click("#show-bodies")
+                page.wait_for_selector("[data-list='bodies'] pre.body")
+                assert "visible" in page.inner_text("[data-list='bodies']")
+                fits(page, f"bodies at {width}")
+                shot(world, page, f"long-text-{width}")
+            finally:
+                context.close()
+    finally:
+        worker.close()
 
 
 def test_every_list_has_pages_and_a_filter_that_survive_polls(world: World, browser: Any) -> None:

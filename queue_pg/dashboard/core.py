@@ -40,7 +40,7 @@ from queue_pg.errors import (
 __all__ = ["Dashboard", "Request", "Response"]
 
 PAGES = {"": "overview", "queue": "queue", "in-flight": "in-flight",
-         "dead-letters": "dead-letters", "advice": "advice"}
+         "dead-letters": "dead-letters", "advice": "advice", "workers": "workers"}
 STATIC = {
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -174,6 +174,8 @@ class Dashboard:
             # 24 hours, 7 days: finished messages per hour, from the history rollups
             "api/throughput": lambda r, c: c._run(_throughput(
                 r.query.get("queue") or None, _seconds(r.query.get("seconds"))), None),
+            "api/workers": lambda r, c: c._run(_table("select * from queue_pg.workers()", {}),
+                                               None),
             # bodies on request, for a role that may receive from the queue (peek checks)
             "api/messages": lambda r, c: _messages(c, r.query.get("queue"),
                                                    r.query.get("limit")),
@@ -367,12 +369,17 @@ def _overview(client: Client) -> dict[str, Any]:
     }
 
 
-def _throughput(queue: str | None, seconds: float) -> Call[list[dict[str, Any]]]:
+def _table(query: str, params: dict[str, Any]) -> Call[list[dict[str, Any]]]:
+    """A query of a SQL function the pages show as it is: rows as objects by column name."""
     def decode(columns: Columns, rows: Rows) -> list[dict[str, Any]]:
         return [dict(zip(columns, row, strict=True)) for row in rows]
 
-    return Call("select * from queue_pg.queue_throughput(%(queue)s, %(seconds)s)",
-                {"queue": queue, "seconds": seconds}, decode)
+    return Call(query, params, decode)
+
+
+def _throughput(queue: str | None, seconds: float) -> Call[list[dict[str, Any]]]:
+    return _table("select * from queue_pg.queue_throughput(%(queue)s, %(seconds)s)",
+                  {"queue": queue, "seconds": seconds})
 
 
 def _messages(client: Client, queue: str | None, limit: str | None) -> list[dict[str, Any]]:

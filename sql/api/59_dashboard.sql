@@ -71,3 +71,34 @@ BEGIN
     GROUP BY q.name, hour
     ORDER BY q.name, hour;
 END $$;
+
+-- The dashboard's Workers page: the registered consumers (34_consumers.sql) a role may see
+-- (its own, and those that received from a queue it has some grant on, shown with those queues
+-- only): what each calls itself (host:pid), its backend, whether its session still holds its
+-- lock (alive) or since when it is lost, the messages it holds leased now, when it registered.
+-- No bodies; `name` is the worker's own text, shown escaped.
+CREATE OR REPLACE FUNCTION queue_pg.workers()
+RETURNS TABLE (id integer, name text, role text, pid integer, queues text[], running bigint,
+               registered_at timestamptz, alive boolean, lost_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    at timestamptz := queue_pg._now();
+BEGIN
+    RETURN QUERY
+    SELECT c.id, c.name, c.role, c.pid,
+           ARRAY(SELECT q.name FROM queue_pg.queues q
+                 WHERE q.id = ANY (c.queue_ids) AND queue_pg._sees(q.id) ORDER BY q.name),
+           (SELECT count(*) FROM queue_pg.messages m
+            WHERE m.consumer_id = c.id AND m.visible_at > at
+              AND m.queue_id = ANY (c.queue_ids) AND queue_pg._sees(m.queue_id)),
+           c.registered_at,
+           EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.granted
+                     AND l.classid::integer = queue_pg._consumer_space() AND l.objid::integer = c.id
+                     AND l.objsubid = 2),
+           c.lost_at
+    FROM queue_pg.consumers c
+    WHERE c.role = queue_pg._caller()::text
+       OR EXISTS (SELECT 1 FROM unnest(c.queue_ids) u(qid) WHERE queue_pg._sees(u.qid))
+    ORDER BY c.id;
+END $$;

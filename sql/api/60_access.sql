@@ -179,7 +179,7 @@ BEGIN
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
                                       'set_redrive_allow', 'redrive_allow',
                                       -- the dashboard (59_dashboard.sql)
-                                      'queue_history', 'queue_throughput',
+                                      'queue_history', 'queue_throughput', 'workers',
                                       -- SQS queue tags (59_sqs.sql)
                                       'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']

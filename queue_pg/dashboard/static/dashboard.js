@@ -444,6 +444,20 @@ const pages = {
     return [el("h2", {}, "Dead letters"), buttons, deadLetterTable(rows, 1000)];
   },
 
+  async workers() {
+    const rows = await getJson("api/workers");
+    return [el("h2", {}, "Workers"),
+      el("p", {}, "Consumers registered by queue-pg workers (the queues this role sees): alive while " +
+                  "their session holds its lock; a lost one's leases end within seconds."),
+      list("workers", [
+        ["worker", (w) => w.name ?? "-", true], ["id", (w) => w.id], ["role", (w) => w.role, true],
+        ["backend pid", (w) => w.pid], ["queues", (w) => w.queues.join(", "), true],
+        ["jobs running", (w) => w.running],
+        ["registered", (w) => (w.registered_at ? new Date(w.registered_at).toLocaleString() : "-")],
+        ["state", (w) => (w.alive ? "alive" : "lost " + (w.lost_at ? time(w.lost_at) : "")), true],
+      ], rows, "No worker registered on the queues this role sees.", false)];
+  },
+
   async advice() {
     const rows = await getJson("api/advice");
     return [el("h2", {}, "Timeout advice (last 24 hours)"),
