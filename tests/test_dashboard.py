@@ -173,7 +173,8 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
 
 
 READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice",
-         "api/throughput?seconds=86400", "api/messages?queue=jobs", "api/workers")
+         "api/throughput?seconds=86400", "api/messages?queue=jobs", "api/workers",
+         "api/tasks")
 
 
 @pytest.mark.parametrize("actions", [False, True])
@@ -251,6 +252,21 @@ def test_workers_page_lists_live_and_lost_consumers_a_role_may_see(
     assert w["alive"] is False
 
 
+def test_tasks_page_reads_times_retries_and_failures_per_type(
+    queues: Client, conn: psycopg.Connection, http: Any
+) -> None:
+    from tests.test_advice import add_history
+
+    add_history(conn, "jobs", [0.5] * 10, type="resize")
+    add_history(conn, "jobs", [2.0] * 2, type="resize", outcome="dead_lettered", receive_count=3)
+    status, answer, _ = http(Dashboard(queues)).call("api/tasks")
+    assert status == 200
+    [task] = [t for t in answer if t["type"] == "resize"]
+    assert (task["queue"], task["finished"], task["redeliveries"]) == ("jobs", 12, 4)
+    assert task["dead_letter_rate"] == pytest.approx(2 / 12)
+    assert task["p50"] == pytest.approx(0.5, rel=0.05)
+
+
 def test_throughput_over_a_day_from_the_rollups(queues: Client, http: Any) -> None:
     web = http(Dashboard(queues))
     status, answer, _ = web.call("api/throughput?seconds=604800&queue=jobs")
@@ -279,7 +295,7 @@ def test_a_role_does_what_its_grants_allow(
 
 def test_pages_assets_and_headers(queues: Client, http: Any) -> None:
     web = http(Dashboard(queues))
-    for page in ("", "queue?name=jobs", "in-flight", "dead-letters", "advice", "workers"):
+    for page in ("", "queue?name=jobs", "in-flight", "dead-letters", "advice", "workers", "tasks"):
         status, body, headers = web.call(page)
         assert status == 200 and b"static/dashboard.js" in body
         assert "script-src 'self'" in headers["Content-Security-Policy"]

@@ -405,7 +405,7 @@ def test_long_unbroken_text_keeps_every_page_within_the_window(world: World, bro
                 assert page.locator("#workers b").count() == 0  # its name is text
                 fits(page, f"workers at {width}")
                 for path in ("", f"queue?name={queue}", f"queue?name={dlq}", "in-flight", "dead-letters",
-                             "advice"):
+                             "advice", "tasks"):
                     open_page(page, world.urls["owner"] + path)
                     if path.startswith("queue"):
                         page.wait_for_selector("#queue-name")

@@ -40,7 +40,8 @@ from queue_pg.errors import (
 __all__ = ["Dashboard", "Request", "Response"]
 
 PAGES = {"": "overview", "queue": "queue", "in-flight": "in-flight",
-         "dead-letters": "dead-letters", "advice": "advice", "workers": "workers"}
+         "dead-letters": "dead-letters", "advice": "advice", "workers": "workers",
+         "tasks": "tasks"}
 STATIC = {
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -174,6 +175,7 @@ class Dashboard:
             # 24 hours, 7 days: finished messages per hour, from the history rollups
             "api/throughput": lambda r, c: c._run(_throughput(
                 r.query.get("queue") or None, _seconds(r.query.get("seconds"))), None),
+            "api/tasks": lambda r, c: _tasks(c),
             "api/workers": lambda r, c: c._run(_table("select * from queue_pg.workers()", {}),
                                                None),
             # bodies on request, for a role that may receive from the queue (peek checks)
@@ -367,6 +369,22 @@ def _overview(client: Client) -> dict[str, Any]:
                     "visibility_timeout": q.visibility_timeout}
                    for q in client.list_queues() if q.name in seen],
     }
+
+
+def _tasks(client: Client) -> list[dict[str, Any]]:
+    """Per queue and type (a task's name) over the last 24 hours: the processing times of
+    ``processing_times`` beside the retries and dead-lettered share of ``timeout_advice``."""
+    advice = {(a.queue, a.type): a for a in client.timeout_advice() if a.scope == "type"}
+    tasks = []
+    for p in client.processing_times():
+        a = advice.get((p.queue, p.type))
+        if p.scope != "type" or a is None:
+            continue
+        tasks.append({"queue": p.queue, "type": p.type, "finished": p.messages,
+                      "p50": p.p50, "p95": p.p95, "p99": p.p99, "max": p.max,
+                      "redeliveries": a.redeliveries, "dead_letter_rate": a.dead_letter_rate,
+                      "expiry_rate": a.expiry_rate})
+    return tasks
 
 
 def _table(query: str, params: dict[str, Any]) -> Call[list[dict[str, Any]]]:

@@ -124,9 +124,11 @@ function cellText(value) {
 function list(id, columns, rows, empty, capped) {
   let s = lists.get(id);
   if (!s) {
-    s = { page: 0, filter: "" };
+    const given = lists.size === 0 ? param("filter") || "" : "";
+    s = { page: 0, filter: given.toLowerCase() };
     s.input = el("input", { type: "search", class: "filter", placeholder: "filter", "data-filter": id,
                             "aria-label": "filter" });
+    s.input.value = given;
     s.prev = el("button", { type: "button", class: "pager", "data-prev": id }, "‹ previous");
     s.next = el("button", { type: "button", class: "pager", "data-next": id }, "next ›");
     s.info = el("span", { class: "page-info", "data-info": id });
@@ -442,6 +444,22 @@ const pages = {
     const buttons = config.actions && dlqs.length
       ? el("p", { class: "actions" }, ...dlqs.flatMap((d) => [redriveButton(d), " "])) : "";
     return [el("h2", {}, "Dead letters"), buttons, deadLetterTable(rows, 1000)];
+  },
+
+  async tasks() {
+    const rows = await getJson("api/tasks");
+    const failed = (t) => el("a", { href: "dead-letters?filter=" + encodeURIComponent(t.type ?? ""), class: "failed-link" },
+                             (100 * t.dead_letter_rate).toFixed(1) + " %");
+    return [el("h2", {}, "Tasks (last 24 hours)"),
+      el("p", {}, "Per task (the message type) and queue, from the messages finished in the last 24 hours; " +
+                  "dead-lettered opens the task's dead letters."),
+      list("tasks", [
+        ["task", (t) => t.type ?? "(none)", true], ["queue", (t) => queueLink(t.queue), true],
+        ["finished", (t) => t.finished], ["per s (24 h)", (t) => num(t.finished / 86400)],
+        ["p50", (t) => seconds(t.p50)], ["p95", (t) => seconds(t.p95)], ["max", (t) => seconds(t.max)],
+        ["retries", (t) => t.redeliveries], ["lease expiry rate", (t) => num(t.expiry_rate, 2)],
+        ["dead-lettered", failed],
+      ], rows, "No task finished in the last 24 hours.", false)];
   },
 
   async workers() {
