@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
-from queue_pg import Client
+from queue_pg import Client, InvalidParameter
 from queue_pg.plain import plain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,3 +124,12 @@ def test_worker_logs_show_hostile_task_names_and_reasons_escaped(
     assert_safe(text)
     assert "boom [/] [bold]t\\x1b]0;pwned" in text and "FAKE LINE" in text
     assert not any(line.startswith("FAKE LINE") for line in text.splitlines())
+
+
+def test_queue_names_cannot_carry_control_characters(client: Client) -> None:
+    """Queue names reach every surface unescaped by design of SQL's rule: letters, digits,
+    '_' and '-' only; a name with an escape is refused and nothing is made."""
+    for name in ("a\x1b]0;x\x07", "a\x9bb", "a\u202eb", "a b", "a[/]"):
+        with pytest.raises(InvalidParameter, match="name"):
+            client.create_queue(name)
+    assert client.list_queues() == []
