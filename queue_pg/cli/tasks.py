@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from queue_pg.display import fmt_json, fmt_seconds, out
+from queue_pg.display import fmt_json, fmt_seconds, out, text
+from queue_pg.plain import plain
 
 __all__ = ["COMMANDS", "tasks_command"]
 
@@ -31,9 +33,10 @@ def tasks_command(modules: tuple[str, ...]) -> None:
     for name in sorted(registry.tasks):
         t = registry.tasks[name]
         table.add_row(
-            name, t.queue, "until max_receive_count" if t.retries is None else str(t.retries),
-            fmt_seconds(t.timeout), "\n".join(schedules.get(name, ["-"])),
-            "-" if t.queue_settings is None else fmt_json(t.queue_settings) or "{}",
+            text(name), text(t.queue),
+            "until max_receive_count" if t.retries is None else str(t.retries),
+            fmt_seconds(t.timeout), Text("\n".join(plain(x) for x in schedules.get(name, ["-"]))),
+            text("-" if t.queue_settings is None else fmt_json(t.queue_settings) or "{}"),
         )
     out().print(table)
     if not registry.tasks:
