@@ -591,7 +591,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     lines = dict(line.split() for line in cli("key", "create", owner).splitlines())
     port = _free_port()
     proc = subprocess.Popen(
-        [*CLI, "--dsn", clean, "sqs", "--port", str(port)],
+        [*CLI, "--dsn", clean, "sqs", "--port", str(port), "--region", "eu-west-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
@@ -1178,3 +1178,158 @@ def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> 
                          " JOIN queue_pg.queues q ON q.id = m.queue_id"
                          " WHERE q.name LIKE 'share-%'").fetchall()
     assert all(body.startswith(name[-1] + "-") for name, body in rows), rows
+
+
+# --- hostile requests ---------------------------------------------------------------------------
+
+def _raw(endpoint: str, headers: dict[str, str], body: bytes, method: str = "POST",
+         path: str = "/") -> tuple[int, bytes]:
+    """Send a request as given (no SDK): status and body."""
+    import urllib.error
+    import urllib.request
+
+    raw = urllib.request.Request(endpoint + path, data=body if method == "POST" else None,
+                                 method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(raw, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def _signed(sqs: Sqs, endpoint: str, headers: dict[str, str], body: bytes,
+            region: str = "us-east-1", service: str = "sqs") -> dict[str, str]:
+    """``headers`` with botocore's SigV4 of them (every header given is signed)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    req = AWSRequest("POST", endpoint + "/", data=body, headers=headers)
+    SigV4Auth(sqs._request_signer._credentials, service, region).add_auth(req)
+    return dict(req.prepare().headers)
+
+
+def test_signatures_must_name_our_region_and_sqs_and_sign_what_decides_the_action(
+    sqs: Sqs, endpoint: str
+) -> None:
+    """A signature for another region or service is refused, and so is one that leaves
+    X-Amz-Target, X-Amz-Date or Content-Type unsigned: else a request signed as GetQueueUrl runs
+    as PurgeQueue once its target is changed on the way."""
+    url = sqs.create_queue(QueueName="victim")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="keep me")
+    body = json.dumps({"QueueUrl": url, "QueueName": "victim"}).encode()
+    json_headers = {"X-Amz-Target": "AmazonSQS.GetQueueUrl",
+                    "Content-Type": "application/x-amz-json-1.0"}
+    assert _raw(endpoint, _signed(sqs, endpoint, json_headers, body), body)[0] == 200
+    for region, service in [("xx-made-up-1", "sqs"), ("us-east-1", "s3"), ("eu-west-1", "sqs")]:
+        got = _raw(endpoint, _signed(sqs, endpoint, json_headers, body, region, service), body)
+        assert got[0] == 403, (region, service, got)
+        assert json.loads(got[1])["__type"].endswith("#SignatureDoesNotMatch")
+    # signed without the target (host and date only), the target added afterwards
+    headers = _signed(sqs, endpoint, {}, body)
+    for target in ("AmazonSQS.GetQueueUrl", "AmazonSQS.PurgeQueue"):
+        got = _raw(endpoint, {**headers, "X-Amz-Target": target,
+                              "Content-Type": "application/x-amz-json-1.0"}, body)
+        assert got[0] == 403 and b"x-amz-target" in got[1], got
+    # the target signed, the content type not
+    signed = _signed(sqs, endpoint, {"X-Amz-Target": "AmazonSQS.PurgeQueue"}, body)
+    got = _raw(endpoint, {**signed, "Content-Type": "application/x-amz-json-1.0"}, body)
+    assert got[0] == 403 and b"content-type" in got[1], got
+    # X-Amz-Date unsigned: a date header the signature does not cover
+    signed = _signed(sqs, endpoint, json_headers, body)
+    auth = signed["Authorization"].replace("x-amz-date;", "").replace(";x-amz-date", "")
+    got = _raw(endpoint, {**signed, "Authorization": auth}, body)
+    assert got[0] == 403, got
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessages"] == "1"  # nothing purged
+
+
+def test_deeply_nested_query_parameters_are_a_400(sqs: Sqs, endpoint: str) -> None:
+    """A parameter name nested 5,000 levels deep (or any other malformed input) is the sender's
+    fault: 400 with SQS's error code, never a 500."""
+    from urllib.parse import urlencode
+
+    url = sqs.create_queue(QueueName="deep")["QueueUrl"]
+    for pairs in ([("Action", "SendMessage"), ("QueueUrl", url), ("MessageBody", "x"),
+                   ("MessageAttribute." + ".".join(["1"] * 5000), "v")],
+                  [("Action", "ListQueues"), ("." * 3000, "x")],
+                  [("Action", "SendMessage"), ("QueueUrl", url), ("MessageBody", "x"),
+                   ("MessageAttribute.1.Name", "a"), ("MessageAttribute.1.Value", "flat")]):
+        body = urlencode(pairs).encode()
+        headers = _signed(sqs, endpoint, {
+            "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+        got = _raw(endpoint, headers, body)
+        assert got[0] == 400 and b"<Code>" in got[1], got[1][:300]
+
+
+def test_fuzzed_requests_never_answer_500(sqs: Sqs, endpoint: str) -> None:
+    """Whatever JSON body or form parameters a signed caller sends, the answer is SQS's 400 (or a
+    success), never a 500: the endpoint's own parsing has no unhandled case."""
+    from urllib.parse import urlencode
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from queue_pg.sqs.actions import ACTIONS
+
+    url = sqs.create_queue(QueueName="fuzz")["QueueUrl"]
+    fifo = sqs.create_queue(QueueName="fuzz.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    names = ["QueueUrl", "QueueName", "MessageBody", "Attributes", "Entries", "Id",
+             "MessageAttributes", "DataType", "StringValue", "BinaryValue", "ReceiptHandle",
+             "DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds",
+             "AttributeNames", "MessageAttributeNames", "MessageSystemAttributes", "Tags",
+             "TagKeys", "MessageGroupId", "MessageDeduplicationId", "Label", "Actions",
+             "AWSAccountIds", "SourceArn", "TaskHandle", "MaxResults", "NextToken",
+             "RedrivePolicy", "FifoQueue", "Policy", "tags", "AWSTraceHeader"]
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False), st.text(max_size=20),
+                     st.sampled_from([url, fifo, "All", "1", "-1", "900", "true", "String"]))
+    value = st.recursive(leaf, lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(names), st.text(max_size=8)), inner,
+                        max_size=5)), max_leaves=20)
+    action = st.one_of(st.sampled_from(sorted(ACTIONS)),
+                       st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12))
+
+    def post(headers: dict[str, str], body: bytes) -> int:
+        got = _raw(endpoint, _signed(sqs, endpoint, headers, body), body)
+        assert got[0] < 500, got
+        return got[0]
+
+    @settings(max_examples=120, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(action, st.dictionaries(st.sampled_from(names), value, max_size=6))
+    def json_protocol(name: str, params: dict[str, Any]) -> None:
+        post({"X-Amz-Target": f"AmazonSQS.{name}",
+              "Content-Type": "application/x-amz-json-1.0"}, json.dumps(params).encode())
+
+    part = st.one_of(st.sampled_from([*names, "Attribute", "MessageAttribute", "Name", "Value", "SendMessageBatchRequestEntry", "Tag", "Key"]),
+                     st.integers(0, 12).map(str), st.text(max_size=6))
+    pairs = st.lists(st.tuples(st.lists(part, min_size=1, max_size=7).map(".".join),
+                               st.one_of(st.text(max_size=20), st.sampled_from([url, fifo]))),
+                     max_size=8)
+
+    @settings(max_examples=120, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(action, pairs)
+    def query_protocol(name: str, params: list[tuple[str, str]]) -> None:
+        body = urlencode([("Action", name), *params]).encode()
+        post({"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+
+    json_protocol()
+    query_protocol()
+    # values of the wrong type where the endpoint's own code reads them
+    for name, params in [("SendMessageBatch", {"QueueUrl": url, "Entries": [1]}),
+                         ("SendMessageBatch", {"QueueUrl": url, "Entries": {"a": 1}}),
+                         ("CreateQueue", {"QueueName": "x", "Attributes": [1]}),
+                         ("ListQueues", {"QueueNamePrefix": 5}),
+                         ("ReceiveMessage", {"QueueUrl": url, "AttributeNames": "All"}),
+                         ("ReceiveMessage", {"QueueUrl": url, "MessageAttributeNames": [1]}),
+                         ("DeleteMessageBatch", {"QueueUrl": url, "Entries": [[1]]}),
+                         ("SendMessage", {"QueueUrl": url, "MessageBody": "x",
+                                          "MessageAttributes": {"a": {"DataType": 1}}}),
+                         ("GetQueueAttributes", {"QueueUrl": url, "AttributeNames": [["All"]]}),
+                         ("UntagQueue", {"QueueUrl": url, "TagKeys": "a"})]:
+        status = post({"X-Amz-Target": f"AmazonSQS.{name}",
+                       "Content-Type": "application/x-amz-json-1.0"}, json.dumps(params).encode())
+        assert status == 400, (name, params, status)
+

@@ -62,6 +62,55 @@ class BatchError(QueueError):
         self.code = code
 
 
+# --- parameter types ------------------------------------------------------------------------
+
+_STR, _INT, _STRS, _STR_MAP, _OBJ_MAP, _ENTRIES = "a string", "an integer", "a list of strings", \
+    "a map of strings", "a map of objects", "a list of entries"
+#: Every parameter the actions read, by name (SQS's names have one type in every action).
+_TYPES: dict[str, str] = {
+    **dict.fromkeys(["QueueUrl", "QueueName", "QueueNamePrefix", "NextToken", "MessageBody",
+                     "ReceiptHandle", "Id", "MessageGroupId", "MessageDeduplicationId",
+                     "ReceiveRequestAttemptId", "Label", "SourceArn", "DestinationArn",
+                     "TaskHandle"], _STR),
+    **dict.fromkeys(["DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout",
+                     "WaitTimeSeconds", "MaxResults", "MaxNumberOfMessagesPerSecond"], _INT),
+    **dict.fromkeys(["AttributeNames", "MessageAttributeNames", "MessageSystemAttributeNames",
+                     "TagKeys", "AWSAccountIds", "Actions"], _STRS),
+    **dict.fromkeys(["Attributes", "tags", "Tags"], _STR_MAP),
+    **dict.fromkeys(["MessageAttributes", "MessageSystemAttributes"], _OBJ_MAP),
+    "Entries": _ENTRIES,
+}
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == _INT:
+        return isinstance(value, (int, str)) and not isinstance(value, bool)
+    if kind == _STRS:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == _STR_MAP:
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    if kind == _OBJ_MAP:
+        return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def check_types(params: dict[str, Any]) -> None:
+    """InvalidParameterValue for a known parameter of the wrong JSON type (and in each batch
+    entry): the actions below may then read each as its type. Unknown names are ignored, as SQS
+    ignores them."""
+    for key, value in params.items():
+        kind = _TYPES.get(key)
+        if kind is None or value is None:
+            continue
+        if not _fits(kind, value):
+            raise InvalidParameter(f"Value for parameter {key} is invalid. Reason: must be {kind}.")
+        if kind == _ENTRIES:
+            for entry in value:
+                check_types(entry)
+
+
 # --- queue attributes -----------------------------------------------------------------------
 
 _SETTINGS = {  # SQS attribute -> queue_pg setting, both in seconds or bytes

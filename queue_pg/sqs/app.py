@@ -103,9 +103,11 @@ class Endpoint:
     """The app's state: the owner's connections for key look-ups, one pool and client for the
     requests of every role, and the stepper of move tasks."""
 
-    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
+                 region: str = sigv4.DEFAULT_REGION) -> None:
         self.dsn = dsn
         self.auth = auth
+        self.region = region
         self.pool_size = pool_size
         self._pool: RolePool | None = None
         self._client: AsyncClient | None = None
@@ -199,6 +201,7 @@ class Endpoint:
             cred = presigned.cred
         else:
             cred = sigv4.parse(headers.get("authorization"))
+        sigv4.check_scope(cred, self.region, headers, presigned=presigned is not None)
         await self.open()
         assert self._keys is not None
         async with self._keys.connection() as conn:
@@ -256,11 +259,13 @@ def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str
     return action, params
 
 
-def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette:
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
+               region: str = sigv4.DEFAULT_REGION) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
-    JSON protocol when the request has ``X-Amz-Target``, else the query protocol."""
-    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
+    JSON protocol when the request has ``X-Amz-Target``, else the query protocol. ``region``:
+    the one region signatures must be scoped to."""
+    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region)
 
     async def handle(request: Request) -> Response:
         is_query = "x-amz-target" not in request.headers
@@ -275,6 +280,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
                                          " valid for this endpoint.")
+            actions.check_types(params)
             token = REQUEST_ROLE.set(role)  # every connection the action borrows takes it
             try:
                 result = await action(actions.Request(endpoint.client, params, base))

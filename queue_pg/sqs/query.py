@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 from xml.sax.saxutils import escape
 
+from queue_pg.errors import InvalidParameter
+
 NAMESPACE = "http://queue.amazonaws.com/doc/2012-11-05/"
 
 # query list name -> (JSON name, how its items become the JSON value)
@@ -32,12 +34,21 @@ _MAPS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The most parts a parameter name has (SQS's deepest is
+#: ``SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue``: 6).
+MAX_DEPTH = 8
+
+
 def _nest(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """``a.1.b=x`` -> ``{"a": {"1": {"b": "x"}}}``."""
+    """``a.1.b=x`` -> ``{"a": {"1": {"b": "x"}}}``; a name deeper than MAX_DEPTH is refused
+    (the shaping below recurses once per level)."""
     root: dict[str, Any] = {}
     for key, value in pairs:
         node = root
-        parts = key.split(".")
+        parts = key.split(".", MAX_DEPTH)
+        if len(parts) > MAX_DEPTH:
+            raise InvalidParameter(f"Parameter {key[:80]!r}... is invalid: a name of at most"
+                                   f" {MAX_DEPTH} dotted parts.")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -51,7 +62,7 @@ def _items(node: Any) -> list[Any]:
     """A nested ``{"1": a, "2": b}`` as ``[a, b]`` (in number order)."""
     if not isinstance(node, dict):
         return []
-    numbered = sorted((int(k), v) for k, v in node.items() if k.isdigit())
+    numbered = sorted((int(k), v) for k, v in node.items() if k.isascii() and k.isdigit())
     return [v for _, v in numbered]
 
 
