@@ -33,7 +33,7 @@ from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
 from queue_pg.errors import translate
 from queue_pg.sqs import actions, query, sigv4
-from queue_pg.sqs.errors import RequestTooLarge, describe
+from queue_pg.sqs.errors import RequestTooLarge, describe, message
 
 logger = logging.getLogger("queue_pg.sqs")
 CONTENT_TYPE = "application/x-amz-json-1.0"
@@ -221,18 +221,20 @@ class Endpoint:
         return str(row[1])
 
 
-def _error(err: Exception, query_protocol: bool = False) -> Response:
+def _error(err: Exception, request_id: str, query_protocol: bool = False) -> Response:
     code, status, query_code, sender = describe(err)
     if status >= 500:
         logger.exception("queue_pg.sqs: internal error", exc_info=err)
-    message = getattr(err, "message", None) or str(err)
+    text = message(err)
     if query_protocol:
-        return Response(query.error(query_code, message, sender, str(uuid.uuid4())),
-                        status_code=status, media_type="text/xml")
-    body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
+        return Response(query.error(query_code, text, sender, request_id),
+                        status_code=status, media_type="text/xml",
+                        headers={"x-amzn-RequestId": request_id})
+    body = {"__type": f"com.amazonaws.sqs#{code}", "message": text}
     fault = "Sender" if sender else "Receiver"
     return Response(json.dumps(body), status_code=status, media_type=CONTENT_TYPE,
-                    headers={"x-amzn-query-error": f"{query_code};{fault}"})
+                    headers={"x-amzn-query-error": f"{query_code};{fault}",
+                             "x-amzn-RequestId": request_id})
 
 
 def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
@@ -269,6 +271,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
 
     async def handle(request: Request) -> Response:
         is_query = "x-amz-target" not in request.headers
+        request_id = str(uuid.uuid4())
         try:
             body = await _body(request)
             await endpoint.open()
@@ -289,11 +292,12 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
             if name == "StartMessageMoveTask":
                 endpoint.moves_started()
         except Exception as err:  # every failure answers as SQS does
-            return _error(err, is_query)
+            return _error(err, request_id, is_query)
+        headers = {"x-amzn-RequestId": request_id}
         if is_query:
-            return Response(query.response(name, result, str(uuid.uuid4())),
-                            media_type="text/xml")
-        return Response(json.dumps(result), media_type=CONTENT_TYPE)
+            return Response(query.response(name, result, request_id), media_type="text/xml",
+                            headers=headers)
+        return Response(json.dumps(result), media_type=CONTENT_TYPE, headers=headers)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -74,7 +74,8 @@ def _shape(node: dict[str, Any]) -> dict[str, Any]:
             out[name] = {item.get(k): _shape(item[v]) if isinstance(item.get(v), dict)
                          else item.get(v) for item in _items(value) if isinstance(item, dict)}
         elif key in _LISTS:
-            out[_LISTS[key]] = [_shape(i) if isinstance(i, dict) else i for i in _items(value)]
+            items = [value] if isinstance(value, str) else _items(value)  # AttributeName=All
+            out[_LISTS[key]] = [_shape(i) if isinstance(i, dict) else i for i in items]
         elif isinstance(value, dict):
             out[key] = _shape(value)
         else:
