@@ -849,6 +849,21 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     _, x = call({"Action": "ListMessageMoveTasks", "SourceArn": source})
     assert x.findtext(".//s:Status", namespaces=ns) == "COMPLETED"
     assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"
+    # AddPermission's lists and MessageSystemAttributes have query names of their own
+    status, x = call({"Action": "AddPermission", "QueueUrl": url, "Label": "l",
+                      "AWSAccountId.1": "111111111111", "ActionName.1": "SendMessage"})
+    assert status == 200, ElementTree.tostring(x)
+    _, x = call({"Action": "GetQueueAttributes", "QueueUrl": url, "AttributeName.1": "Policy"})
+    policy = json.loads(x.findtext(".//s:Attribute/s:Value", namespaces=ns) or "{}")
+    assert policy["Statement"][0]["Action"] == "SQS:SendMessage"
+    _, x = call({"Action": "SendMessage", "QueueUrl": url, "MessageBody": "traced",
+                 "MessageSystemAttribute.1.Name": "AWSTraceHeader",
+                 "MessageSystemAttribute.1.Value.DataType": "String",
+                 "MessageSystemAttribute.1.Value.StringValue": "Root=1-a"})
+    _, x = call({"Action": "ReceiveMessage", "QueueUrl": url, "AttributeName.1": "All"})
+    got = {a.findtext("s:Name", namespaces=ns): a.findtext("s:Value", namespaces=ns)
+           for a in x.iterfind(".//s:Attribute", ns)}
+    assert got["AWSTraceHeader"] == "Root=1-a"
 
 
 def test_an_old_sdk_on_the_query_protocol(clean: str, endpoint: str) -> None:

@@ -3,9 +3,9 @@ protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg
 
 Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
 then runs as the key's PostgreSQL role: one pool serves every role, and each connection it lends
-takes the role of the request that borrows it (``SET ROLE``, :class:`RolePool`) and drops it on
-its way back, so queue_pg's own grants decide what the request may do. ``auth=False`` runs every
-request as the DSN's user, for local development.
+runs as the role of the request that borrows it (``SET ROLE`` when it had another,
+:class:`RolePool`), so queue_pg's own grants decide what the request may do. ``auth=False``
+runs every request as the DSN's user, for local development.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -61,33 +62,39 @@ async def _body(request: Request) -> bytes:
 REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
 
 
-async def _drop_role(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's reset of every connection given back (after its rollback, if it was in a
-    transaction): an error here makes the pool close the connection instead of keeping it."""
-    await conn.execute("RESET ROLE")
+#: A connection's role is not known (new, or a SET ROLE on it failed): set it before any loan.
+_UNKNOWN = object()
 
 
 class RolePool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
-    """One pool for every key's role. A connection lent takes the role in
-    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection) before
-    anything runs on it; the pool's reset (``RESET ROLE``) runs on every return, error or not,
-    and a connection it cannot reset is closed, never lent again. So a role lasts exactly one
-    loan, and the next borrower starts as the DSN's user whatever the last one did."""
+    """One pool for every key's role. A connection lent runs as the role in
+    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection; None:
+    ``RESET ROLE``, the DSN's user) before anything runs on it. Each connection remembers the
+    role it took last, so a loan of the same role skips the statement and a loan of another role
+    (or of the DSN's user) sets it first: every loan runs as exactly its request's role, with no
+    round trip when consecutive loans share one. A connection whose role is not known (new, or a
+    SET ROLE that failed or was cancelled) is set again; one returned mid-statement is closed by
+    the pool, never lent again."""
 
     def __init__(self, dsn: str, *, max_size: int) -> None:
         super().__init__(dsn, min_size=0, max_size=max_size, open=False, name="queue_pg_sqs",
-                         kwargs={"autocommit": True}, configure=_configure, reset=_drop_role,
+                         kwargs={"autocommit": True}, configure=_configure,
                          check=AsyncConnectionPool.check_connection)
+        self._roles: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], object] = \
+            weakref.WeakKeyDictionary()
 
     async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         conn = await super().getconn(timeout)
         role = REQUEST_ROLE.get()
-        if role is not None:
+        if self._roles.get(conn, _UNKNOWN) is _UNKNOWN or self._roles[conn] != role:
+            self._roles[conn] = _UNKNOWN  # until the statement below is known to have run
             try:
-                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role))
+                                   if role is not None else sql.SQL("RESET ROLE"))
             except BaseException:
-                await self.putconn(conn)  # reset (or closed) on its way back
+                await self.putconn(conn)  # its role unknown: set again at its next loan
                 raise
+            self._roles[conn] = role
         return conn
 
 

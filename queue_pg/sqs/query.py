@@ -22,6 +22,8 @@ _LISTS: dict[str, str] = {
     "MessageAttributeName": "MessageAttributeNames",
     "MessageSystemAttributeName": "MessageSystemAttributeNames",
     "TagKey": "TagKeys",
+    "AWSAccountId": "AWSAccountIds",
+    "ActionName": "Actions",
     "SendMessageBatchRequestEntry": "Entries",
     "DeleteMessageBatchRequestEntry": "Entries",
     "ChangeMessageVisibilityBatchRequestEntry": "Entries",
@@ -30,6 +32,7 @@ _LISTS: dict[str, str] = {
 _MAPS: dict[str, tuple[str, str, str]] = {
     "Attribute": ("Attributes", "Name", "Value"),
     "MessageAttribute": ("MessageAttributes", "Name", "Value"),
+    "MessageSystemAttribute": ("MessageSystemAttributes", "Name", "Value"),
     "Tag": ("Tags", "Key", "Value"),
 }
 
