@@ -1567,3 +1567,47 @@ def test_one_receive_keeps_claim_order(sqs: Sqs, client: Any) -> None:
     got = _receive(sqs, url, WaitTimeSeconds=0, MaxNumberOfMessages=10)
     assert [m["Body"] for m in got] == expected
     assert [m.body for m in client.receive("py-order", 10, wait=0)] == expected
+
+
+def test_permissions_and_kept_attributes_in_sql_are_bounded(
+    conn: psycopg.Connection[Any], make_role: MakeRole  # noqa: F811
+) -> None:
+    """The SQL behind AddPermission and the kept attributes, called directly by a role that
+    manages one queue: actions and principals checked, at most 100 labels and 6 attributes of
+    bounded size a queue, nothing on another queue; refusals change nothing."""
+    from queue_pg.errors import AccessDenied, InvalidParameter, translate
+
+    conn.execute("SELECT queue_pg.create_queue('mine'), queue_pg.create_queue('theirs')")
+    role = make_role("sqsmgr", PRODUCER)
+    conn.execute("SELECT queue_pg.grant('mine', %s, 'manage')", [role.name])
+    with role.connect() as c:
+        def run(query: str, *params: Any) -> None:
+            with translate():
+                c.execute(query, params)
+
+        for query, params, error in [
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", (["x"], ["DeleteQueue"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", (["x" * 257], ["*"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", ([None], ["*"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('theirs', 'l', %s, %s)", ([role.name], ["*"]),
+             AccessDenied),
+            ("SELECT queue_pg.sqs_set_queue_attributes('mine', %s::jsonb)",
+             (json.dumps({"Policy": "x" * 20481}),), InvalidParameter),
+            ("SELECT queue_pg.sqs_set_queue_attributes('mine', %s::jsonb)",
+             (json.dumps({"Anything": "x"}),), InvalidParameter),
+            ("SELECT queue_pg.sqs_set_queue_attributes('theirs', %s::jsonb)",
+             (json.dumps({"Policy": "{}"}),), AccessDenied),
+        ]:
+            with pytest.raises(error):
+                run(query, *params)
+        for i in range(100):
+            run("SELECT queue_pg.sqs_add_permission('mine', %s, %s, %s)", f"l{i}", ["111"],
+                ["SendMessage"])
+        with pytest.raises(InvalidParameter, match="100 permissions"):
+            run("SELECT queue_pg.sqs_add_permission('mine', 'one-more', %s, %s)", ["111"], ["*"])
+    counts = conn.execute("SELECT (SELECT count(*) FROM queue_pg.sqs_permissions),"
+                          " (SELECT count(*) FROM queue_pg.sqs_queue_attributes)").fetchone()
+    assert counts == (100, 0)

@@ -211,6 +211,19 @@ BEGIN
     PERFORM queue_pg._check('len(actions)', coalesce(cardinality(actions), 0), 1, 7, 'actions');
     PERFORM queue_pg._check_list('principals', principals);
     PERFORM queue_pg._check_list('actions', actions);
+    IF EXISTS (SELECT 1 FROM unnest(principals) x(p) WHERE x.p IS NULL OR length(x.p) NOT BETWEEN 1 AND 256) THEN
+        PERFORM queue_pg._raise('QP003', 'principals are invalid: allowed names of 1 to 256 characters');
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(actions) x(a) WHERE x.a IS NULL OR x.a NOT IN (
+                   '*', 'SendMessage', 'ReceiveMessage', 'DeleteMessage', 'ChangeMessageVisibility',
+                   'GetQueueAttributes', 'GetQueueUrl', 'ListDeadLetterSourceQueues', 'PurgeQueue')) THEN
+        PERFORM queue_pg._raise('QP003', 'actions are invalid: allowed *, SendMessage, ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes, GetQueueUrl, ListDeadLetterSourceQueues, PurgeQueue');
+    END IF;
+    IF (SELECT count(*) FROM queue_pg.sqs_permissions s WHERE s.queue_id = q.id) >= 100 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('label = %s is invalid: queue %s has 100 permissions, the most allowed',
+                             quote_literal(label), quote_literal(q.name));
+    END IF;
     IF EXISTS (SELECT 1 FROM queue_pg.sqs_permissions s WHERE s.queue_id = q.id AND s.label = sqs_add_permission.label) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('label = %s is invalid: queue %s has a permission of that label already',
