@@ -26,6 +26,7 @@ from bench import (
     spark,
     sqs,
     sqs_details,
+    sqs_suite,
     tuning,
     worker,
     worker_cpu,
@@ -48,6 +49,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     advice.SCENARIO,
     sqs.SCENARIO,
     sqs_details.SCENARIO,
+    sqs_suite.SCENARIO,
 )
 
 

@@ -22,6 +22,9 @@ from psycopg import conninfo
 import queue_pg
 from queue_pg.install import migrate
 
+# moto's SQS tests run in a pytest of their own (tests/test_sqs_conformance.py), never collected here
+collect_ignore = ["third_party"]
+
 RESET_SQL = """
 DO $$
 DECLARE r record;
@@ -39,7 +42,8 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.fifo_groups,
     queue_pg.dedup, queue_pg.redrive_tasks,
     queue_pg.history_rollups,
-    queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.consumers;
+    queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
+    queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;
 UPDATE queue_pg.history_rollup_state SET lo = NULL, hi = NULL, hours_hi = NULL, safe = NULL, mark = NULL,
     mark_taken = NULL, mark_writers = NULL;

@@ -111,7 +111,7 @@ def test_a_rolled_back_writer_leaves_the_key_to_the_next(jobs: Client, conn: psy
         ([("1", None), ("1", None), (None, None)], InvalidParameter,
          "body[2] = NULL is invalid: allowed any JSON value (use JSON null, not SQL NULL)"),
         ([('"' + "x" * 1100 + '"', None)], MessageTooLarge,
-         "body[0] and attributes[0] are 1102 bytes of JSON text: allowed up to max_message_size = 1024 bytes of queue 'jobs'"),
+         "body[0] and attributes[0] are 1100 bytes: allowed up to max_message_size = 1024 bytes of queue 'jobs'"),
     ],
 )
 def test_a_bad_row_refuses_the_chunk_and_changes_nothing(

@@ -113,23 +113,26 @@ def test_invalid_utf8_in_sql_is_refused(conn: psycopg.Connection, world: dict[st
 def test_bodies_at_and_over_the_size_limit(
     client: Client, conn: psycopg.Connection, world: dict[str, str]
 ) -> None:
-    """The size is the UTF-8 JSON text of body plus attributes (json.dumps, ensure_ascii=False)."""
-    at = "x" * (SIZE - 2)  # '"xx...x"': SIZE bytes of JSON text
+    """The size is the body's UTF-8 bytes (a string's own, else its JSON text) plus the
+    attributes' JSON text (json.dumps, ensure_ascii=False)."""
+    at = "x" * SIZE  # a string body counts its own bytes, not its JSON quoting
     refused(conn, MessageTooLarge, lambda: client.send(Q, at + "x"))
     refused(conn, MessageTooLarge, lambda: client.send_batch(Q, [1, at + "x"]))
     refused(conn, MessageTooLarge, lambda: client.update(Q, world["mine"], body=at + "x"))
     attrs = {"k": "v"}  # '{"k": "v"}': 10 bytes
-    short = "x" * (SIZE - 2 - 10)
+    short = "x" * (SIZE - 10)
     refused(conn, MessageTooLarge, lambda: client.send(Q, short + "x", attributes=attrs))
     refused(conn, MessageTooLarge,
             lambda: client.send_batch(Q, [1, short + "x"], attributes=[None, attrs]))
     refused(conn, MessageTooLarge, lambda: client.update(Q, world["mine"], body=short + "x",
                                                          attributes=attrs))
-    wide = "é" * ((SIZE - 2) // 2)  # two bytes each in UTF-8
+    wide = "é" * (SIZE // 2)  # two bytes each in UTF-8
     refused(conn, MessageTooLarge, lambda: client.send(Q, wide + "x"))
-    for body, attributes in ((at, None), (short, attrs), (wide, None)):
+    listed = ["x" * (SIZE - 4)]  # '["xx...x"]': a JSON body counts its JSON text
+    refused(conn, MessageTooLarge, lambda: client.send(Q, [listed[0] + "x"]))
+    for body, attributes in ((at, None), (short, attrs), (wide, None), (listed, None)):
         mid = client.send(Q, body, attributes=attributes)  # exactly at the limit: accepted
-        row = conn.execute("SELECT octet_length(body::text) + coalesce(octet_length(attributes::text), 0)"
+        row = conn.execute("SELECT queue_pg._message_size(body, attributes)"
                            " FROM queue_pg.messages WHERE id = %s", [mid]).fetchone()
         assert row == (SIZE,)
 

@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import itertools
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,35 +25,12 @@ boto3 = pytest.importorskip("boto3")
 from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
+from bench.sqs_suite import free_port as _free_port  # noqa: E402
+from bench.sqs_suite import serve  # noqa: E402
 from queue_pg.sqs import create_app  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
 
 Sqs = Any
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread; its URL."""
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +116,7 @@ def test_queue_lifecycle(sqs: Sqs, endpoint: str) -> None:
     assert code(err) == "QueueAlreadyExists"
     with pytest.raises(ClientError) as err:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "-1"})
-    assert code(err) == "InvalidParameterValue" and status(err) == 400
+    assert code(err) == "InvalidAttributeValue" and status(err) == 400
 
     # tags: at creation, added, replaced, removed; SQS's limits
     tagged = sqs.create_queue(QueueName="tagged", tags={"team": "mail"})["QueueUrl"]
@@ -351,7 +327,7 @@ def test_redrive_allow_policy_decides_who_may_dead_letter_into_a_queue(sqs: Sqs)
                 '{"redrivePermission": "byQueue", "sourceQueueArns": ["nope"]}'):
         with pytest.raises(ClientError) as refused:
             sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": bad})
-        assert code(refused) == "InvalidParameterValue", bad
+        assert code(refused) in ("InvalidAttributeValue", "InvalidParameterValue"), bad
 
 
 def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
@@ -591,7 +567,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     lines = dict(line.split() for line in cli("key", "create", owner).splitlines())
     port = _free_port()
     proc = subprocess.Popen(
-        [*CLI, "--dsn", clean, "sqs", "--port", str(port)],
+        [*CLI, "--dsn", clean, "sqs", "--port", str(port), "--region", "eu-west-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
@@ -873,6 +849,21 @@ def test_query_protocol(sqs: Sqs, endpoint: str) -> None:
     _, x = call({"Action": "ListMessageMoveTasks", "SourceArn": source})
     assert x.findtext(".//s:Status", namespaces=ns) == "COMPLETED"
     assert x.findtext(".//s:ApproximateNumberOfMessagesMoved", namespaces=ns) == "0"
+    # AddPermission's lists and MessageSystemAttributes have query names of their own
+    status, x = call({"Action": "AddPermission", "QueueUrl": url, "Label": "l",
+                      "AWSAccountId.1": "111111111111", "ActionName.1": "SendMessage"})
+    assert status == 200, ElementTree.tostring(x)
+    _, x = call({"Action": "GetQueueAttributes", "QueueUrl": url, "AttributeName.1": "Policy"})
+    policy = json.loads(x.findtext(".//s:Attribute/s:Value", namespaces=ns) or "{}")
+    assert policy["Statement"][0]["Action"] == "SQS:SendMessage"
+    _, x = call({"Action": "SendMessage", "QueueUrl": url, "MessageBody": "traced",
+                 "MessageSystemAttribute.1.Name": "AWSTraceHeader",
+                 "MessageSystemAttribute.1.Value.DataType": "String",
+                 "MessageSystemAttribute.1.Value.StringValue": "Root=1-a"})
+    _, x = call({"Action": "ReceiveMessage", "QueueUrl": url, "AttributeName.1": "All"})
+    got = {a.findtext("s:Name", namespaces=ns): a.findtext("s:Value", namespaces=ns)
+           for a in x.iterfind(".//s:Attribute", ns)}
+    assert got["AWSTraceHeader"] == "Root=1-a"
 
 
 def test_an_old_sdk_on_the_query_protocol(clean: str, endpoint: str) -> None:
@@ -956,8 +947,7 @@ def test_fifo_dedup_id_and_sequence_number(sqs: Sqs, clean: str) -> None:
     # content-based: the body's SHA-256, as the queue deduplicated it
     sqs.send_message(QueueUrl=cbd, MessageBody="same", MessageGroupId="g")
     (m,) = _receive(sqs, cbd, WaitTimeSeconds=0, AttributeNames=["All"])
-    assert m["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(
-        json.dumps("same").encode()).hexdigest()
+    assert m["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"same").hexdigest()
     # not asked: none of the three (and no extra statement)
     sqs.change_message_visibility(QueueUrl=cbd, ReceiptHandle=m["ReceiptHandle"],
                                   VisibilityTimeout=0)
@@ -1178,3 +1168,446 @@ def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> 
                          " JOIN queue_pg.queues q ON q.id = m.queue_id"
                          " WHERE q.name LIKE 'share-%'").fetchall()
     assert all(body.startswith(name[-1] + "-") for name, body in rows), rows
+
+
+# --- hostile requests ---------------------------------------------------------------------------
+
+def _raw(endpoint: str, headers: dict[str, str], body: bytes, method: str = "POST",
+         path: str = "/") -> tuple[int, bytes]:
+    """Send a request as given (no SDK): status and body."""
+    import urllib.error
+    import urllib.request
+
+    raw = urllib.request.Request(endpoint + path, data=body if method == "POST" else None,
+                                 method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(raw, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def _signed(sqs: Sqs, endpoint: str, headers: dict[str, str], body: bytes,
+            region: str = "us-east-1", service: str = "sqs") -> dict[str, str]:
+    """``headers`` with botocore's SigV4 of them (every header given is signed)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    req = AWSRequest("POST", endpoint + "/", data=body, headers=headers)
+    SigV4Auth(sqs._request_signer._credentials, service, region).add_auth(req)
+    return dict(req.prepare().headers)
+
+
+def test_signatures_must_name_our_region_and_sqs_and_sign_what_decides_the_action(
+    sqs: Sqs, endpoint: str
+) -> None:
+    """A signature for another region or service is refused, and so is one that leaves
+    X-Amz-Target, X-Amz-Date or Content-Type unsigned: else a request signed as GetQueueUrl runs
+    as PurgeQueue once its target is changed on the way."""
+    url = sqs.create_queue(QueueName="victim")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="keep me")
+    body = json.dumps({"QueueUrl": url, "QueueName": "victim"}).encode()
+    json_headers = {"X-Amz-Target": "AmazonSQS.GetQueueUrl",
+                    "Content-Type": "application/x-amz-json-1.0"}
+    assert _raw(endpoint, _signed(sqs, endpoint, json_headers, body), body)[0] == 200
+    for region, service in [("xx-made-up-1", "sqs"), ("us-east-1", "s3"), ("eu-west-1", "sqs")]:
+        got = _raw(endpoint, _signed(sqs, endpoint, json_headers, body, region, service), body)
+        assert got[0] == 403, (region, service, got)
+        assert json.loads(got[1])["__type"].endswith("#SignatureDoesNotMatch")
+    # signed without the target (host and date only), the target added afterwards
+    headers = _signed(sqs, endpoint, {}, body)
+    for target in ("AmazonSQS.GetQueueUrl", "AmazonSQS.PurgeQueue"):
+        got = _raw(endpoint, {**headers, "X-Amz-Target": target,
+                              "Content-Type": "application/x-amz-json-1.0"}, body)
+        assert got[0] == 403 and b"x-amz-target" in got[1], got
+    # the target signed, the content type not
+    signed = _signed(sqs, endpoint, {"X-Amz-Target": "AmazonSQS.PurgeQueue"}, body)
+    got = _raw(endpoint, {**signed, "Content-Type": "application/x-amz-json-1.0"}, body)
+    assert got[0] == 403 and b"content-type" in got[1], got
+    # X-Amz-Date unsigned: a date header the signature does not cover
+    signed = _signed(sqs, endpoint, json_headers, body)
+    auth = signed["Authorization"].replace("x-amz-date;", "").replace(";x-amz-date", "")
+    got = _raw(endpoint, {**signed, "Authorization": auth}, body)
+    assert got[0] == 403, got
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attrs["Attributes"]["ApproximateNumberOfMessages"] == "1"  # nothing purged
+
+
+def test_deeply_nested_query_parameters_are_a_400(sqs: Sqs, endpoint: str) -> None:
+    """A parameter name nested 5,000 levels deep (or any other malformed input) is the sender's
+    fault: 400 with SQS's error code, never a 500."""
+    from urllib.parse import urlencode
+
+    url = sqs.create_queue(QueueName="deep")["QueueUrl"]
+    for pairs in ([("Action", "SendMessage"), ("QueueUrl", url), ("MessageBody", "x"),
+                   ("MessageAttribute." + ".".join(["1"] * 5000), "v")],
+                  [("Action", "ListQueues"), ("." * 3000, "x")],
+                  [("Action", "SendMessage"), ("QueueUrl", url), ("MessageBody", "x"),
+                   ("MessageAttribute.1.Name", "a"), ("MessageAttribute.1.Value", "flat")]):
+        body = urlencode(pairs).encode()
+        headers = _signed(sqs, endpoint, {
+            "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+        got = _raw(endpoint, headers, body)
+        assert got[0] == 400 and b"<Code>" in got[1], got[1][:300]
+
+
+def test_fuzzed_requests_never_answer_500(sqs: Sqs, endpoint: str) -> None:
+    """Whatever JSON body or form parameters a signed caller sends, the answer is SQS's 400 (or a
+    success), never a 500: the endpoint's own parsing has no unhandled case."""
+    from urllib.parse import urlencode
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from queue_pg.sqs.actions import ACTIONS
+
+    url = sqs.create_queue(QueueName="fuzz")["QueueUrl"]
+    fifo = sqs.create_queue(QueueName="fuzz.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    names = ["QueueUrl", "QueueName", "MessageBody", "Attributes", "Entries", "Id",
+             "MessageAttributes", "DataType", "StringValue", "BinaryValue", "ReceiptHandle",
+             "DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds",
+             "AttributeNames", "MessageAttributeNames", "MessageSystemAttributes", "Tags",
+             "TagKeys", "MessageGroupId", "MessageDeduplicationId", "Label", "Actions",
+             "AWSAccountIds", "SourceArn", "TaskHandle", "MaxResults", "NextToken",
+             "RedrivePolicy", "FifoQueue", "Policy", "tags", "AWSTraceHeader"]
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False), st.text(max_size=20),
+                     st.sampled_from([url, fifo, "All", "1", "-1", "900", "true", "String"]))
+    value = st.recursive(leaf, lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(names), st.text(max_size=8)), inner,
+                        max_size=5)), max_leaves=20)
+    action = st.one_of(st.sampled_from(sorted(ACTIONS)),
+                       st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12))
+
+    def post(headers: dict[str, str], body: bytes) -> int:
+        got = _raw(endpoint, _signed(sqs, endpoint, headers, body), body)
+        assert got[0] < 500, got
+        return got[0]
+
+    @settings(max_examples=120, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(action, st.dictionaries(st.sampled_from(names), value, max_size=6))
+    def json_protocol(name: str, params: dict[str, Any]) -> None:
+        post({"X-Amz-Target": f"AmazonSQS.{name}",
+              "Content-Type": "application/x-amz-json-1.0"}, json.dumps(params).encode())
+
+    part = st.one_of(st.sampled_from([*names, "Attribute", "MessageAttribute", "Name", "Value", "SendMessageBatchRequestEntry", "Tag", "Key"]),
+                     st.integers(0, 12).map(str), st.text(max_size=6))
+    pairs = st.lists(st.tuples(st.lists(part, min_size=1, max_size=7).map(".".join),
+                               st.one_of(st.text(max_size=20), st.sampled_from([url, fifo]))),
+                     max_size=8)
+
+    @settings(max_examples=120, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(action, pairs)
+    def query_protocol(name: str, params: list[tuple[str, str]]) -> None:
+        body = urlencode([("Action", name), *params]).encode()
+        post({"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+
+    json_protocol()
+    query_protocol()
+    # values of the wrong type where the endpoint's own code reads them
+    for name, params in [("SendMessageBatch", {"QueueUrl": url, "Entries": [1]}),
+                         ("SendMessageBatch", {"QueueUrl": url, "Entries": {"a": 1}}),
+                         ("CreateQueue", {"QueueName": "x", "Attributes": [1]}),
+                         ("ListQueues", {"QueueNamePrefix": 5}),
+                         ("ReceiveMessage", {"QueueUrl": url, "AttributeNames": "All"}),
+                         ("ReceiveMessage", {"QueueUrl": url, "MessageAttributeNames": [1]}),
+                         ("DeleteMessageBatch", {"QueueUrl": url, "Entries": [[1]]}),
+                         ("SendMessage", {"QueueUrl": url, "MessageBody": "x",
+                                          "MessageAttributes": {"a": {"DataType": 1}}}),
+                         ("GetQueueAttributes", {"QueueUrl": url, "AttributeNames": [["All"]]}),
+                         ("UntagQueue", {"QueueUrl": url, "TagKeys": "a"})]:
+        status = post({"X-Amz-Target": f"AmazonSQS.{name}",
+                       "Content-Type": "application/x-amz-json-1.0"}, json.dumps(params).encode())
+        assert status == 400, (name, params, status)
+
+
+
+# --- SQS's rules where queue_pg's are broader ---------------------------------------------------
+
+def test_fifo_accepts_delay_zero_and_refuses_others(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="d0.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", DelaySeconds=0)
+    got = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "b", "MessageBody": "b", "MessageGroupId": "g", "DelaySeconds": 0}])
+    assert [e["Id"] for e in got["Successful"]] == ["b"]
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="g", DelaySeconds=5)
+    assert code(err) == "InvalidParameterValue" and "DelaySeconds" in str(err.value)
+    std = sqs.create_queue(QueueName="d900")["QueueUrl"]
+    sqs.send_message(QueueUrl=std, MessageBody="x", DelaySeconds=900)
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=std, MessageBody="x", DelaySeconds=901)
+    assert code(err) == "InvalidParameterValue"
+
+
+def test_message_size_counts_the_bytes_sent(sqs: Sqs, client: Any) -> None:
+    """SQS counts a body's UTF-8 bytes (and attribute names, types, values), not its JSON text:
+    a 1 MiB body fits a default queue, an N-byte body fits MaximumMessageSize N, tabs count 1."""
+    url = sqs.create_queue(QueueName="size")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x" * 1048576)
+    sqs.send_message(QueueUrl=url, MessageBody="\t" * (700 * 1024))
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 1048577)
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 1048570, MessageAttributes={
+            "abc": {"DataType": "String", "StringValue": "1"}})
+    assert code(err) == "InvalidParameterValue"
+    small = sqs.create_queue(QueueName="size-2k", Attributes={
+        "MaximumMessageSize": "2048"})["QueueUrl"]
+    sqs.send_message(QueueUrl=small, MessageBody="é" * 1024)  # 2048 bytes
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=small, MessageBody="x" * 2049)
+    assert code(err) == "InvalidParameterValue"
+    # the Python API: a string body counts its UTF-8 bytes, a JSON body its JSON text
+    import queue_pg.errors
+
+    client.create_queue("py-size", max_message_size=1024)
+    client.send("py-size", "\t" * 1024)
+    client.send("py-size", ["x" * 1018])  # ["..."]: 1,022 bytes
+    with pytest.raises(queue_pg.errors.MessageTooLarge):
+        client.send("py-size", "x" * 1025)
+    with pytest.raises(queue_pg.errors.MessageTooLarge):
+        client.send("py-size", ["x" * 1021])
+
+
+def test_create_queue_compares_only_the_attributes_given(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="cmp", Attributes={"VisibilityTimeout": "45"})["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "7"})
+    assert sqs.create_queue(QueueName="cmp")["QueueUrl"] == url
+    assert sqs.create_queue(QueueName="cmp", Attributes={"VisibilityTimeout": "45"})[
+        "QueueUrl"] == url
+    with pytest.raises(ClientError) as err:
+        sqs.create_queue(QueueName="cmp", Attributes={"DelaySeconds": "0"})
+    assert code(err) == "QueueAlreadyExists"
+
+
+def test_fifo_sends_need_a_dedup_id_or_content_dedup(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="nodedup.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g")
+    assert code(err) == "InvalidParameterValue" and "ContentBasedDeduplication" in str(err.value)
+    with pytest.raises(ClientError) as err:
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "1"},
+            {"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}])
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="a", MessageDeduplicationId="1")
+    assert code(err) == "MissingParameter"
+    assert str(err.value).endswith("The request must contain the parameter MessageGroupId.")
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+
+
+def test_content_dedup_is_the_sha256_of_the_body_bytes(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="sha.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    first = sqs.send_message(QueueUrl=url, MessageBody="héllo", MessageGroupId="g")
+    digest = hashlib.sha256("héllo".encode()).hexdigest()
+    again = sqs.send_message(QueueUrl=url, MessageBody="other", MessageGroupId="g",
+                             MessageDeduplicationId=digest)
+    assert again["MessageId"] == first["MessageId"]  # a duplicate of the first
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0, MaxNumberOfMessages=10)
+    assert m["Body"] == "héllo"
+
+
+def test_dead_letter_queue_of_the_same_kind(sqs: Sqs) -> None:
+    std = sqs.create_queue(QueueName="kind-std")["QueueUrl"]
+    fifo = sqs.create_queue(QueueName="kind.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    arn = {u: sqs.get_queue_attributes(QueueUrl=u, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"] for u in (std, fifo)}
+    for name, attrs, target in [("src.fifo", {"FifoQueue": "true"}, std), ("src-std", {}, fifo)]:
+        policy = json.dumps({"deadLetterTargetArn": arn[target], "maxReceiveCount": 2})
+        with pytest.raises(ClientError) as err:
+            sqs.create_queue(QueueName=name, Attributes={**attrs, "RedrivePolicy": policy})
+        assert code(err) == "InvalidAttributeValue"
+        url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+        with pytest.raises(ClientError) as err:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})
+        assert code(err) == "InvalidAttributeValue"
+
+
+def test_message_attribute_prefix_wildcards(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="wild")["QueueUrl"]
+    attrs = {n: {"DataType": "String", "StringValue": n} for n in ("Custom1", "Custom2", "Other")}
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=attrs)
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0, MessageAttributeNames=["Custom.*"],
+                    VisibilityTimeout=0)
+    assert sorted(m["MessageAttributes"]) == ["Custom1", "Custom2"]
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0, MessageAttributeNames=[".*"])
+    assert sorted(m["MessageAttributes"]) == ["Custom1", "Custom2", "Other"]
+
+
+def test_queue_attribute_names_and_values_as_sqs_checks_them(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="names")["QueueUrl"]
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url)  # no names: none
+    with pytest.raises(ClientError) as err:
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn", "Nope"])
+    assert code(err) == "InvalidAttributeName" and "Unknown Attribute Nope." in str(err.value)
+    for call in (lambda a: sqs.create_queue(QueueName="names2", Attributes=a),
+                 lambda a: sqs.set_queue_attributes(QueueUrl=url, Attributes=a)):
+        with pytest.raises(ClientError) as err:
+            call({"Nope": "1"})
+        assert code(err) == "InvalidAttributeName"
+        for bad in ({"VisibilityTimeout": "43201"}, {"DelaySeconds": "901"},
+                    {"MaximumMessageSize": "1023"}, {"ReceiveMessageWaitTimeSeconds": "x"}):
+            with pytest.raises(ClientError) as err:
+                call(bad)
+            assert code(err) == "InvalidAttributeValue", bad
+
+
+def test_policy_kms_and_fifo_attributes_are_kept(sqs: Sqs) -> None:
+    policy = json.dumps({"Version": "2012-10-17", "Statement": []})
+    url = sqs.create_queue(QueueName="kept.fifo", Attributes={
+        "FifoQueue": "true", "Policy": policy, "KmsMasterKeyId": "alias/k",
+        "KmsDataKeyReusePeriodSeconds": "600", "DeduplicationScope": "messageGroup",
+        "FifoThroughputLimit": "perMessageGroupId"})["QueueUrl"]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (json.loads(got["Policy"]), got["KmsMasterKeyId"], got["KmsDataKeyReusePeriodSeconds"],
+            got["DeduplicationScope"], got["FifoThroughputLimit"]) == (
+        json.loads(policy), "alias/k", "600", "messageGroup", "perMessageGroupId")
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "",
+                                                       "DeduplicationScope": "queue"})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert "KmsMasterKeyId" not in got and got["DeduplicationScope"] == "queue"
+    with pytest.raises(ClientError) as err:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoThroughputLimit": "fast"})
+    assert code(err) == "InvalidAttributeValue"
+
+
+def test_add_and_remove_permission_map_to_grants(
+    make_sqs: MakeSqs, clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """AddPermission naming a role grants it what the actions need on the queue; RemovePermission
+    takes back what the label granted; a principal that names no role is only shown."""
+    owner = make_sqs()
+    url = owner.create_queue(QueueName="shared")["QueueUrl"]
+    role = make_role("sqsperm", PRODUCER, CONSUMER).name
+    other = make_sqs(role)
+    with pytest.raises(ClientError) as err:
+        other.send_message(QueueUrl=url, MessageBody="x")
+    assert code(err) == "AccessDenied"
+    owner.add_permission(QueueUrl=url, Label="writers", AWSAccountIds=[role, "111111111111"],
+                         Actions=["SendMessage"])
+    other.send_message(QueueUrl=url, MessageBody="x")
+    with pytest.raises(ClientError) as err:
+        other.receive_message(QueueUrl=url)
+    assert code(err) == "AccessDenied"
+    policy = json.loads(owner.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])[
+        "Attributes"]["Policy"])
+    assert [s["Sid"] for s in policy["Statement"]] == ["writers"]
+    with pytest.raises(ClientError) as err:
+        owner.add_permission(QueueUrl=url, Label="writers", AWSAccountIds=[role],
+                             Actions=["ReceiveMessage"])
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        other.add_permission(QueueUrl=url, Label="mine", AWSAccountIds=[role], Actions=["*"])
+    assert code(err) == "AccessDenied"  # needs manage
+    owner.remove_permission(QueueUrl=url, Label="writers")
+    with pytest.raises(ClientError) as err:
+        other.send_message(QueueUrl=url, MessageBody="x")
+    assert code(err) == "AccessDenied"
+    assert "Attributes" not in owner.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+
+
+def test_trace_header_is_kept_and_returned(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="trace")["QueueUrl"]
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
+        "AWSTraceHeader": {"DataType": "String", "StringValue": header}})
+    (m,) = _receive(sqs, url, WaitTimeSeconds=0, MessageSystemAttributeNames=["AWSTraceHeader"],
+                    MessageAttributeNames=["All"])
+    assert m["Attributes"] == {"AWSTraceHeader": header} and "MessageAttributes" not in m
+
+
+def test_what_sqs_refuses_in_requests(sqs: Sqs) -> None:
+    url = sqs.create_queue(QueueName="refuse")["QueueUrl"]
+    for entries in ([{"Id": "", "MessageBody": "x"}], [{"Id": "a.b", "MessageBody": "x"}],
+                    [{"Id": "i" * 81, "MessageBody": "x"}],
+                    [{"Id": f"e{i}", "MessageBody": "x" * 200_000} for i in range(6)]):
+        with pytest.raises(ClientError):
+            sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    for name in ("öther", "AWS.x", "Amazon.y", "a..b", ".a"):
+        with pytest.raises(ClientError) as err:
+            sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+                name: {"DataType": "String", "StringValue": "v"}})
+        assert code(err) == "InvalidParameterValue", name
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="bad \x01 char")
+    assert code(err) == "InvalidMessageContents"
+    with pytest.raises(ClientError) as err:
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=0)
+    assert code(err) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as err:
+        sqs.tag_queue(QueueUrl=url, Tags={})
+    assert code(err) == "MissingParameter"
+    with pytest.raises(ClientError) as err:
+        sqs.untag_queue(QueueUrl=url, TagKeys=[])
+    assert code(err) == "InvalidParameterValue"
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+
+
+def test_one_receive_keeps_claim_order(sqs: Sqs, client: Any) -> None:
+    """The messages of one receive come back oldest first (by when they became visible): through
+    the endpoint, the Python API and SQL, whose UPDATE ... RETURNING keeps no order of its own.
+    A message sent first with a delay is claimed after those sent later without one."""
+    url = sqs.create_queue(QueueName="order")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="late", DelaySeconds=2)
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "MessageBody": str(i)} for i in range(5)])
+    client.create_queue("py-order")
+    client.send("py-order", "late", delay=2)
+    client.send_batch("py-order", [str(i) for i in range(5)])
+    time.sleep(3)
+    expected = [*map(str, range(5)), "late"]
+    got = _receive(sqs, url, WaitTimeSeconds=0, MaxNumberOfMessages=10)
+    assert [m["Body"] for m in got] == expected
+    assert [m.body for m in client.receive("py-order", 10, wait=0)] == expected
+
+
+def test_permissions_and_kept_attributes_in_sql_are_bounded(
+    conn: psycopg.Connection[Any], make_role: MakeRole  # noqa: F811
+) -> None:
+    """The SQL behind AddPermission and the kept attributes, called directly by a role that
+    manages one queue: actions and principals checked, at most 100 labels and 6 attributes of
+    bounded size a queue, nothing on another queue; refusals change nothing."""
+    from queue_pg.errors import AccessDenied, InvalidParameter, translate
+
+    conn.execute("SELECT queue_pg.create_queue('mine'), queue_pg.create_queue('theirs')")
+    role = make_role("sqsmgr", PRODUCER)
+    conn.execute("SELECT queue_pg.grant('mine', %s, 'manage')", [role.name])
+    with role.connect() as c:
+        def run(query: str, *params: Any) -> None:
+            with translate():
+                c.execute(query, params)
+
+        for query, params, error in [
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", (["x"], ["DeleteQueue"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", (["x" * 257], ["*"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('mine', 'l', %s, %s)", ([None], ["*"]),
+             InvalidParameter),
+            ("SELECT queue_pg.sqs_add_permission('theirs', 'l', %s, %s)", ([role.name], ["*"]),
+             AccessDenied),
+            ("SELECT queue_pg.sqs_set_queue_attributes('mine', %s::jsonb)",
+             (json.dumps({"Policy": "x" * 20481}),), InvalidParameter),
+            ("SELECT queue_pg.sqs_set_queue_attributes('mine', %s::jsonb)",
+             (json.dumps({"Anything": "x"}),), InvalidParameter),
+            ("SELECT queue_pg.sqs_set_queue_attributes('theirs', %s::jsonb)",
+             (json.dumps({"Policy": "{}"}),), AccessDenied),
+        ]:
+            with pytest.raises(error):
+                run(query, *params)
+        for i in range(100):
+            run("SELECT queue_pg.sqs_add_permission('mine', %s, %s, %s)", f"l{i}", ["111"],
+                ["SendMessage"])
+        with pytest.raises(InvalidParameter, match="100 permissions"):
+            run("SELECT queue_pg.sqs_add_permission('mine', 'one-more', %s, %s)", ["111"], ["*"])
+    counts = conn.execute("SELECT (SELECT count(*) FROM queue_pg.sqs_permissions),"
+                          " (SELECT count(*) FROM queue_pg.sqs_queue_attributes)").fetchone()
+    assert counts == (100, 0)

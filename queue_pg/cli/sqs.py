@@ -21,8 +21,11 @@ __all__ = ["sqs"]
 @click.option("--pool-size", default=10, show_default=True, type=int,
               help="Connections shared by the requests of every key (each loan runs as the"
                    " key's role).")
+@click.option("--region", default="us-east-1", show_default=True,
+              help="The region requests must be signed for (their credential scope).")
 @click.pass_context
-def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int) -> None:
+def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int,
+        region: str) -> None:
     """Serve SQS's JSON protocol on HOST:PORT, so boto3 and the AWS SDKs use queue_pg.
 
     Requests are signed with keys from `queue-pg sqs key create ROLE` and run as that role.
@@ -38,7 +41,7 @@ def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int)
         fail(f"{exc}: pip install 'queue-pg[sqs]'")
     state: State = ctx.find_object(State)  # type: ignore[assignment]
     psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails here, once
-    app = create_app(state.dsn, auth=not no_auth, pool_size=pool_size)
+    app = create_app(state.dsn, auth=not no_auth, pool_size=pool_size, region=region)
     out().print(f"SQS endpoint on http://{shown(host)}:{port}"
                 + (" [red](no authentication)[/red]" if no_auth else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -3,9 +3,9 @@ protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg
 
 Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
 then runs as the key's PostgreSQL role: one pool serves every role, and each connection it lends
-takes the role of the request that borrows it (``SET ROLE``, :class:`RolePool`) and drops it on
-its way back, so queue_pg's own grants decide what the request may do. ``auth=False`` runs every
-request as the DSN's user, for local development.
+runs as the role of the request that borrows it (``SET ROLE`` when it had another,
+:class:`RolePool`), so queue_pg's own grants decide what the request may do. ``auth=False``
+runs every request as the DSN's user, for local development.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -33,7 +34,7 @@ from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
 from queue_pg.errors import translate
 from queue_pg.sqs import actions, query, sigv4
-from queue_pg.sqs.errors import RequestTooLarge, describe
+from queue_pg.sqs.errors import RequestTooLarge, describe, message
 
 logger = logging.getLogger("queue_pg.sqs")
 CONTENT_TYPE = "application/x-amz-json-1.0"
@@ -61,33 +62,39 @@ async def _body(request: Request) -> bytes:
 REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
 
 
-async def _drop_role(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's reset of every connection given back (after its rollback, if it was in a
-    transaction): an error here makes the pool close the connection instead of keeping it."""
-    await conn.execute("RESET ROLE")
+#: A connection's role is not known (new, or a SET ROLE on it failed): set it before any loan.
+_UNKNOWN = object()
 
 
 class RolePool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
-    """One pool for every key's role. A connection lent takes the role in
-    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection) before
-    anything runs on it; the pool's reset (``RESET ROLE``) runs on every return, error or not,
-    and a connection it cannot reset is closed, never lent again. So a role lasts exactly one
-    loan, and the next borrower starts as the DSN's user whatever the last one did."""
+    """One pool for every key's role. A connection lent runs as the role in
+    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection; None:
+    ``RESET ROLE``, the DSN's user) before anything runs on it. Each connection remembers the
+    role it took last, so a loan of the same role skips the statement and a loan of another role
+    (or of the DSN's user) sets it first: every loan runs as exactly its request's role, with no
+    round trip when consecutive loans share one. A connection whose role is not known (new, or a
+    SET ROLE that failed or was cancelled) is set again; one returned mid-statement is closed by
+    the pool, never lent again."""
 
     def __init__(self, dsn: str, *, max_size: int) -> None:
         super().__init__(dsn, min_size=0, max_size=max_size, open=False, name="queue_pg_sqs",
-                         kwargs={"autocommit": True}, configure=_configure, reset=_drop_role,
+                         kwargs={"autocommit": True}, configure=_configure,
                          check=AsyncConnectionPool.check_connection)
+        self._roles: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], object] = \
+            weakref.WeakKeyDictionary()
 
     async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         conn = await super().getconn(timeout)
         role = REQUEST_ROLE.get()
-        if role is not None:
+        if self._roles.get(conn, _UNKNOWN) is _UNKNOWN or self._roles[conn] != role:
+            self._roles[conn] = _UNKNOWN  # until the statement below is known to have run
             try:
-                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role))
+                                   if role is not None else sql.SQL("RESET ROLE"))
             except BaseException:
-                await self.putconn(conn)  # reset (or closed) on its way back
+                await self.putconn(conn)  # its role unknown: set again at its next loan
                 raise
+            self._roles[conn] = role
         return conn
 
 
@@ -103,9 +110,11 @@ class Endpoint:
     """The app's state: the owner's connections for key look-ups, one pool and client for the
     requests of every role, and the stepper of move tasks."""
 
-    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10) -> None:
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
+                 region: str = sigv4.DEFAULT_REGION) -> None:
         self.dsn = dsn
         self.auth = auth
+        self.region = region
         self.pool_size = pool_size
         self._pool: RolePool | None = None
         self._client: AsyncClient | None = None
@@ -199,6 +208,7 @@ class Endpoint:
             cred = presigned.cred
         else:
             cred = sigv4.parse(headers.get("authorization"))
+        sigv4.check_scope(cred, self.region, headers, presigned=presigned is not None)
         await self.open()
         assert self._keys is not None
         async with self._keys.connection() as conn:
@@ -218,18 +228,20 @@ class Endpoint:
         return str(row[1])
 
 
-def _error(err: Exception, query_protocol: bool = False) -> Response:
+def _error(err: Exception, request_id: str, query_protocol: bool = False) -> Response:
     code, status, query_code, sender = describe(err)
     if status >= 500:
         logger.exception("queue_pg.sqs: internal error", exc_info=err)
-    message = getattr(err, "message", None) or str(err)
+    text = message(err)
     if query_protocol:
-        return Response(query.error(query_code, message, sender, str(uuid.uuid4())),
-                        status_code=status, media_type="text/xml")
-    body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
+        return Response(query.error(query_code, text, sender, request_id),
+                        status_code=status, media_type="text/xml",
+                        headers={"x-amzn-RequestId": request_id})
+    body = {"__type": f"com.amazonaws.sqs#{code}", "message": text}
     fault = "Sender" if sender else "Receiver"
     return Response(json.dumps(body), status_code=status, media_type=CONTENT_TYPE,
-                    headers={"x-amzn-query-error": f"{query_code};{fault}"})
+                    headers={"x-amzn-query-error": f"{query_code};{fault}",
+                             "x-amzn-RequestId": request_id})
 
 
 def _json_call(request: Request, body: bytes) -> tuple[str, dict[str, Any]]:
@@ -256,14 +268,17 @@ def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str
     return action, params
 
 
-def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette:
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
+               region: str = sigv4.DEFAULT_REGION) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
-    JSON protocol when the request has ``X-Amz-Target``, else the query protocol."""
-    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size)
+    JSON protocol when the request has ``X-Amz-Target``, else the query protocol. ``region``:
+    the one region signatures must be scoped to."""
+    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region)
 
     async def handle(request: Request) -> Response:
         is_query = "x-amz-target" not in request.headers
+        request_id = str(uuid.uuid4())
         try:
             body = await _body(request)
             await endpoint.open()
@@ -275,6 +290,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
                                          " valid for this endpoint.")
+            actions.check_types(params)
             token = REQUEST_ROLE.set(role)  # every connection the action borrows takes it
             try:
                 result = await action(actions.Request(endpoint.client, params, base))
@@ -283,11 +299,12 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10) -> Starlette
             if name == "StartMessageMoveTask":
                 endpoint.moves_started()
         except Exception as err:  # every failure answers as SQS does
-            return _error(err, is_query)
+            return _error(err, request_id, is_query)
+        headers = {"x-amzn-RequestId": request_id}
         if is_query:
-            return Response(query.response(name, result, str(uuid.uuid4())),
-                            media_type="text/xml")
-        return Response(json.dumps(result), media_type=CONTENT_TYPE)
+            return Response(query.response(name, result, request_id), media_type="text/xml",
+                            headers=headers)
+        return Response(json.dumps(result), media_type=CONTENT_TYPE, headers=headers)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

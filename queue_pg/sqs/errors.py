@@ -33,11 +33,29 @@ class RequestTooLarge(Exception):
     """A request body over the endpoint's limit: refused before it is read whole, signed or not."""
 
 
+#: SQS's own words for queue_pg's errors whose message SDKs and applications compare.
+_MESSAGES: list[tuple[type[Exception], str]] = [
+    (errors.QueueNotFound, "The specified queue does not exist."),
+    (errors.InvalidReceipt, "The input receipt handle is invalid."),
+    (errors.GroupRequired, "The request must contain the parameter MessageGroupId."),
+]
+
+
+def message(err: Exception) -> str:
+    """The message of an error as SQS words it; queue_pg's own where SQS has none."""
+    for cls, text in _MESSAGES:
+        if isinstance(err, cls):
+            return text
+    if isinstance(err, errors.MessageTooLarge):
+        return f"One or more parameters are invalid. Reason: {err}"
+    return getattr(err, "message", None) or str(err)
+
+
 def describe(err: Exception) -> tuple[str, int, str, bool]:
     """(code, status, query code, sender's fault) of an error; InternalError if unknown."""
     if isinstance(err, actions.BatchError):
         short = err.code.rsplit(".", 1)[-1]
-        return short, 400, err.code, True
+        return short, 403 if short == "OverLimit" else 400, err.code, True
     if isinstance(err, SignatureError):
         return err.code, 403, err.code, True
     if isinstance(err, RequestTooLarge):

@@ -46,13 +46,17 @@ def url(base: str, sqs_name: str) -> str:
     return f"{base.rstrip('/')}/{ACCOUNT}/{sqs_name}"
 
 
-def from_url(value: str) -> str:
-    """The queue_pg name of a queue URL: its last path segment."""
-    path = urlsplit(value).path.rstrip("/")
-    name = path.rsplit("/", 1)[-1]
+def url_name(value: str) -> str:
+    """The SQS name in a queue URL: its last path segment."""
+    name = urlsplit(value).path.rstrip("/").rsplit("/", 1)[-1]
     if not name:
         raise QueueNotFound(f"QueueUrl {value!r} names no queue")
-    return to_queue_pg(name)
+    return name
+
+
+def from_url(value: str) -> str:
+    """The queue_pg name of a queue URL."""
+    return to_queue_pg(url_name(value))
 
 
 #: The high 64 bits of every MessageId: "queuepg" in hex, with the UUID version nibble 8 (custom).

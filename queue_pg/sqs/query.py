@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 from xml.sax.saxutils import escape
 
+from queue_pg.errors import InvalidParameter
+
 NAMESPACE = "http://queue.amazonaws.com/doc/2012-11-05/"
 
 # query list name -> (JSON name, how its items become the JSON value)
@@ -20,6 +22,8 @@ _LISTS: dict[str, str] = {
     "MessageAttributeName": "MessageAttributeNames",
     "MessageSystemAttributeName": "MessageSystemAttributeNames",
     "TagKey": "TagKeys",
+    "AWSAccountId": "AWSAccountIds",
+    "ActionName": "Actions",
     "SendMessageBatchRequestEntry": "Entries",
     "DeleteMessageBatchRequestEntry": "Entries",
     "ChangeMessageVisibilityBatchRequestEntry": "Entries",
@@ -28,16 +32,26 @@ _LISTS: dict[str, str] = {
 _MAPS: dict[str, tuple[str, str, str]] = {
     "Attribute": ("Attributes", "Name", "Value"),
     "MessageAttribute": ("MessageAttributes", "Name", "Value"),
+    "MessageSystemAttribute": ("MessageSystemAttributes", "Name", "Value"),
     "Tag": ("Tags", "Key", "Value"),
 }
 
 
+#: The most parts a parameter name has (SQS's deepest is
+#: ``SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue``: 6).
+MAX_DEPTH = 8
+
+
 def _nest(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """``a.1.b=x`` -> ``{"a": {"1": {"b": "x"}}}``."""
+    """``a.1.b=x`` -> ``{"a": {"1": {"b": "x"}}}``; a name deeper than MAX_DEPTH is refused
+    (the shaping below recurses once per level)."""
     root: dict[str, Any] = {}
     for key, value in pairs:
         node = root
-        parts = key.split(".")
+        parts = key.split(".", MAX_DEPTH)
+        if len(parts) > MAX_DEPTH:
+            raise InvalidParameter(f"Parameter {key[:80]!r}... is invalid: a name of at most"
+                                   f" {MAX_DEPTH} dotted parts.")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -51,7 +65,7 @@ def _items(node: Any) -> list[Any]:
     """A nested ``{"1": a, "2": b}`` as ``[a, b]`` (in number order)."""
     if not isinstance(node, dict):
         return []
-    numbered = sorted((int(k), v) for k, v in node.items() if k.isdigit())
+    numbered = sorted((int(k), v) for k, v in node.items() if k.isascii() and k.isdigit())
     return [v for _, v in numbered]
 
 
@@ -63,7 +77,8 @@ def _shape(node: dict[str, Any]) -> dict[str, Any]:
             out[name] = {item.get(k): _shape(item[v]) if isinstance(item.get(v), dict)
                          else item.get(v) for item in _items(value) if isinstance(item, dict)}
         elif key in _LISTS:
-            out[_LISTS[key]] = [_shape(i) if isinstance(i, dict) else i for i in _items(value)]
+            items = [value] if isinstance(value, str) else _items(value)  # AttributeName=All
+            out[_LISTS[key]] = [_shape(i) if isinstance(i, dict) else i for i in items]
         elif isinstance(value, dict):
             out[key] = _shape(value)
         else:

@@ -20,6 +20,8 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
 ALGORITHM = "AWS4-HMAC-SHA256"
+#: The region signatures are scoped to unless the endpoint is given another.
+DEFAULT_REGION = "us-east-1"
 MAX_SKEW = timedelta(minutes=15)
 #: The longest X-Amz-Expires AWS accepts (7 days).
 MAX_EXPIRES = 7 * 24 * 3600
@@ -72,6 +74,39 @@ def parse(authorization: str | None) -> Credential:
     if "host" not in names:
         raise SignatureError("IncompleteSignature", "SignedHeaders must include host")
     return Credential(key, day, region, service, names, signature)
+
+
+#: The service a signature must be scoped to.
+SERVICE = "sqs"
+
+
+def check_scope(cred: Credential, region: str, headers: Mapping[str, str], *,
+                presigned: bool = False) -> None:
+    """Refuse a signature made for another region or service, or one that leaves unsigned a
+    header that decides what the request does: ``host``, ``x-amz-date`` (of a signed header; a
+    presigned URL has it in its signed query), ``x-amz-target`` (the action of the JSON
+    protocol) and, on a JSON request, ``content-type``. A query-protocol request is read as a
+    form whatever its content type and its body is signed by its hash, so its content type may go
+    unsigned (boto 2 signs only host and the x-amz-* headers). ``headers``: lower-case names."""
+    if cred.service != SERVICE:
+        raise SignatureError("SignatureDoesNotMatch",
+                             f"Credential should be scoped to correct service: '{SERVICE}'.")
+    if cred.region != region:
+        raise SignatureError("SignatureDoesNotMatch",
+                             f"Credential should be scoped to a valid region, not"
+                             f" '{cred.region[:64]}'.")
+    needed = ["host"]
+    if not presigned:
+        needed.append("x-amz-date")
+    if "x-amz-target" in headers:
+        needed.append("x-amz-target")
+        if "content-type" in headers:
+            needed.append("content-type")
+    missing = [h for h in needed if h not in cred.signed_headers]
+    if missing:
+        raise SignatureError("IncompleteSignature",
+                             f"The request must sign the headers {', '.join(missing)}"
+                             " (SignedHeaders).")
 
 
 def is_presigned(query: Sequence[tuple[str, str]]) -> bool:

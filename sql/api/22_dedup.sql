@@ -17,7 +17,7 @@ RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF given IS NULL THEN
-        RETURN CASE WHEN content THEN encode(sha256(convert_to(body::text, 'UTF8')), 'hex') END;
+        RETURN CASE WHEN content THEN encode(sha256(convert_to(queue_pg._body_text(body), 'UTF8')), 'hex') END;
     END IF;
     IF length(given) NOT BETWEEN 1 AND 128 THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',

@@ -164,7 +164,7 @@ BEGIN
         END IF;
         EXIT WHEN dead IS NULL;
         PERFORM queue_pg._dead_letter(q, dead, n, NULL);
-        ids := ARRAY(SELECT unnest(ids) EXCEPT SELECT unnest(dead));
+        ids := ARRAY(SELECT i FROM unnest(ids) i WHERE i <> ALL (dead));  -- claim order kept
         EXIT WHEN cardinality(ids) > 0;
     END LOOP;
     IF cardinality(ids) = 0 THEN
@@ -183,7 +183,9 @@ BEGIN
     END IF;
 
     key := queue_pg._key();
+    -- Returned in claim order (oldest first), which UPDATE ... RETURNING does not keep.
     RETURN QUERY
+    WITH claimed AS (
     -- lease_policy 'per_type' (only when the receive left out visibility_timeout, see _receive):
     -- each message's lease is its type's from queue_pg.type_leases, else vt.
     UPDATE queue_pg.messages t SET
@@ -200,7 +202,8 @@ BEGIN
         consumer_id = consumer  -- whose lease (sql/api/34_consumers.sql)
     WHERE t.id = ANY (ids)
     RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
-              t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at;
+              t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at)
+    SELECT c.* FROM claimed c JOIN unnest(ids) WITH ORDINALITY o(id, i) ON o.id = c.id ORDER BY o.i;
     GET DIAGNOSTICS got = ROW_COUNT;
     got := queue_pg._count_flow('received', q.id, got);  -- an assignment: no statement to run
     IF q.in_flight_limit IS NOT NULL AND got > 0 AND vt > 0 THEN

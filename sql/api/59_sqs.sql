@@ -146,3 +146,129 @@ BEGIN
     FROM queue_pg._parse_receipts(q.id, receipts, queue_pg._key()) p
     JOIN queue_pg.messages m ON m.id = p.id AND m.queue_id = q.id;
 END $$;
+
+-- SQS attributes queue_pg keeps but does not act on (Policy, KmsMasterKeyId,
+-- KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled, DeduplicationScope, FifoThroughputLimit):
+-- set (an empty value removes one) with `manage` on the queue; the endpoint checks their values.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_set_queue_attributes(queue text, attrs jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    bad text;
+BEGIN
+    IF attrs IS NULL OR jsonb_typeof(attrs) <> 'object' THEN
+        PERFORM queue_pg._raise('QP003', 'attrs must be a JSON object of strings');
+    END IF;
+    SELECT a.key INTO bad FROM jsonb_each(attrs) a
+    WHERE a.key NOT IN ('Policy', 'KmsMasterKeyId', 'KmsDataKeyReusePeriodSeconds',
+                        'SqsManagedSseEnabled', 'DeduplicationScope', 'FifoThroughputLimit')
+       OR jsonb_typeof(a.value) <> 'string' OR length(a.value #>> '{}') > 20480
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('attribute %s is invalid: allowed Policy, KmsMasterKeyId, KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled, DeduplicationScope, FifoThroughputLimit with string values of up to 20480 characters',
+                             quote_literal(left(bad, 100)));
+    END IF;
+    DELETE FROM queue_pg.sqs_queue_attributes a
+    WHERE a.queue_id = q.id AND a.name IN (SELECT key FROM jsonb_each_text(attrs) WHERE value = '');
+    INSERT INTO queue_pg.sqs_queue_attributes (queue_id, name, value)
+    SELECT q.id, t.key, t.value FROM jsonb_each_text(attrs) t WHERE t.value <> ''
+    ON CONFLICT (queue_id, name) DO UPDATE SET value = excluded.value;
+END $$;
+
+-- A queue's kept SQS attributes, and its permissions as {label: {principals, actions}}: to any
+-- member of a group role, as get_queue's settings.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_queue_attributes(queue text)
+RETURNS TABLE (attributes jsonb, permissions jsonb)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+BEGIN
+    RETURN QUERY SELECT
+        (SELECT coalesce(jsonb_object_agg(a.name, a.value), '{}') FROM queue_pg.sqs_queue_attributes a
+         WHERE a.queue_id = q.id),
+        (SELECT coalesce(jsonb_object_agg(p.label, jsonb_build_object(
+                    'principals', to_jsonb(p.principals), 'actions', to_jsonb(p.actions))), '{}')
+         FROM queue_pg.sqs_permissions p WHERE p.queue_id = q.id);
+END $$;
+
+-- SQS's AddPermission: a label naming principals and SQS actions. A principal that names an
+-- existing role gets the grants the actions need on the queue (SendMessage: send; ReceiveMessage,
+-- DeleteMessage, ChangeMessageVisibility: receive; PurgeQueue: manage; *: all three); the grants
+-- it did not have before are recorded with the label, for RemovePermission to take back. Other
+-- principals (AWS account ids) are kept and shown in the Policy only. Needs `manage`.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_add_permission(queue text, label text, principals text[],
+                                                       actions text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    made jsonb := '[]';
+    p text;
+    priv text;
+BEGIN
+    PERFORM queue_pg._check('len(label)', length(label), 1, 80, 'characters');
+    PERFORM queue_pg._check('len(principals)', coalesce(cardinality(principals), 0), 1, 50, 'principals');
+    PERFORM queue_pg._check('len(actions)', coalesce(cardinality(actions), 0), 1, 7, 'actions');
+    PERFORM queue_pg._check_list('principals', principals);
+    PERFORM queue_pg._check_list('actions', actions);
+    IF EXISTS (SELECT 1 FROM unnest(principals) x(p) WHERE x.p IS NULL OR length(x.p) NOT BETWEEN 1 AND 256) THEN
+        PERFORM queue_pg._raise('QP003', 'principals are invalid: allowed names of 1 to 256 characters');
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(actions) x(a) WHERE x.a IS NULL OR x.a NOT IN (
+                   '*', 'SendMessage', 'ReceiveMessage', 'DeleteMessage', 'ChangeMessageVisibility',
+                   'GetQueueAttributes', 'GetQueueUrl', 'ListDeadLetterSourceQueues', 'PurgeQueue')) THEN
+        PERFORM queue_pg._raise('QP003', 'actions are invalid: allowed *, SendMessage, ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes, GetQueueUrl, ListDeadLetterSourceQueues, PurgeQueue');
+    END IF;
+    IF (SELECT count(*) FROM queue_pg.sqs_permissions s WHERE s.queue_id = q.id) >= 100 THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('label = %s is invalid: queue %s has 100 permissions, the most allowed',
+                             quote_literal(label), quote_literal(q.name));
+    END IF;
+    IF EXISTS (SELECT 1 FROM queue_pg.sqs_permissions s WHERE s.queue_id = q.id AND s.label = sqs_add_permission.label) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('label = %s is invalid: queue %s has a permission of that label already',
+                             quote_literal(label), quote_literal(q.name));
+    END IF;
+    FOREACH p IN ARRAY principals LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = p);
+        FOR priv IN
+            SELECT DISTINCT x.priv FROM unnest(actions) a(name)
+            CROSS JOIN LATERAL unnest(CASE a.name
+                WHEN '*' THEN ARRAY['send', 'receive', 'manage']
+                WHEN 'SendMessage' THEN ARRAY['send']
+                WHEN 'ReceiveMessage' THEN ARRAY['receive']
+                WHEN 'DeleteMessage' THEN ARRAY['receive']
+                WHEN 'ChangeMessageVisibility' THEN ARRAY['receive']
+                WHEN 'PurgeQueue' THEN ARRAY['manage']
+                ELSE '{}'::text[] END) x(priv)
+        LOOP
+            IF queue_pg._grant(q.name, p, priv, true) THEN
+                made := made || jsonb_build_array(jsonb_build_array(p, priv));
+            END IF;
+        END LOOP;
+    END LOOP;
+    INSERT INTO queue_pg.sqs_permissions (queue_id, label, principals, actions, granted)
+    VALUES (q.id, label, principals, actions, made);
+END $$;
+
+-- SQS's RemovePermission: drops the label and takes back the grants it made, unless another label
+-- of the queue made the same. False when the queue has no such label. Needs `manage`.
+CREATE OR REPLACE FUNCTION queue_pg.sqs_remove_permission(queue text, label text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    gone jsonb;
+    g jsonb;
+BEGIN
+    DELETE FROM queue_pg.sqs_permissions s WHERE s.queue_id = q.id AND s.label = sqs_remove_permission.label
+    RETURNING s.granted INTO gone;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    FOR g IN SELECT * FROM jsonb_array_elements(gone) LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM queue_pg.sqs_permissions s
+                              WHERE s.queue_id = q.id AND s.granted @> jsonb_build_array(g));
+        PERFORM queue_pg._grant(q.name, g->>0, g->>1, false);
+    END LOOP;
+    RETURN true;
+END $$;

@@ -181,7 +181,9 @@ BEGIN
                                       -- the dashboard (59_dashboard.sql)
                                       'queue_history', 'queue_throughput', 'workers',
                                       -- SQS queue tags (59_sqs.sql)
-                                      'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags')
+                                      'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags',
+                                      'sqs_set_queue_attributes', 'sqs_queue_attributes',
+                                      'sqs_add_permission', 'sqs_remove_permission')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

@@ -134,3 +134,35 @@ def test_presigned_malformed_or_with_a_body_is_refused() -> None:
         with pytest.raises(sigv4.SignatureError) as err:
             sigv4.parse_presigned(edit(pairs))
         assert err.value.code == code
+
+
+def _cred(region: str = "us-east-1", service: str = "sqs",
+          signed: tuple[str, ...] = ("content-type", "host", "x-amz-date", "x-amz-target")
+          ) -> sigv4.Credential:
+    return sigv4.Credential("AKID", "20150830", region, service, signed, "0" * 64)
+
+
+def test_scope_must_be_our_region_and_sqs() -> None:
+    headers = {"host": "h", "x-amz-date": "d", "x-amz-target": "AmazonSQS.PurgeQueue",
+               "content-type": "application/x-amz-json-1.0"}
+    sigv4.check_scope(_cred(), "us-east-1", headers)
+    sigv4.check_scope(_cred("eu-west-1"), "eu-west-1", headers)
+    for cred, code in [(_cred(service="s3"), "SignatureDoesNotMatch"),
+                       (_cred("xx-made-up-1"), "SignatureDoesNotMatch"),
+                       (_cred(signed=("host", "x-amz-date")), "IncompleteSignature"),
+                       (_cred(signed=("host", "x-amz-date", "x-amz-target")), "IncompleteSignature"),
+                       (_cred(signed=("content-type", "host", "x-amz-target")),
+                        "IncompleteSignature")]:
+        with pytest.raises(sigv4.SignatureError) as err:
+            sigv4.check_scope(cred, "us-east-1", headers)
+        assert err.value.code == code, cred
+
+
+def test_query_requests_and_presigned_urls_need_less_signed() -> None:
+    """A query request's action is in its signed body (its content type may go unsigned, as boto
+    2 leaves it); a presigned URL signs its date in the query."""
+    form = {"host": "h", "x-amz-date": "d", "content-type": "application/x-www-form-urlencoded"}
+    sigv4.check_scope(_cred(signed=("host", "x-amz-date")), "us-east-1", form)
+    sigv4.check_scope(_cred(signed=("host",)), "us-east-1", {"host": "h"}, presigned=True)
+    with pytest.raises(sigv4.SignatureError):
+        sigv4.check_scope(_cred(signed=("host",)), "us-east-1", form)
