@@ -59,6 +59,13 @@ class AsyncClient(AsyncClientBase):
 
     ``sweep_interval`` (seconds, None = never): how often a receive also sweeps expired messages,
     so a queue nobody sweeps by hand still sheds them.
+
+    ``pooler``: what sits between the client and PostgreSQL, "none", "session" or "transaction"
+    (None: the DSN's ``queue_pg_pooler`` option, else ``QUEUE_PG_POOLER``, else "none"). Behind
+    a transaction pooler the client prepares no statement server-side and its workers register
+    as heartbeat consumers. ``listen_dsn`` (None: ``QUEUE_PG_LISTEN_DSN``): a DSN that reaches
+    PostgreSQL directly, for the long poll's LISTEN; behind a transaction pooler without one,
+    long polls look again every second (see docs/operations.md, "Behind a connection pooler").
     """
 
     # --- queues ---------------------------------------------------------------------------------

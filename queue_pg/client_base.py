@@ -55,6 +55,12 @@ def execute(conn: Connection, call: Call[T]) -> T:
     return call.decode(columns or (), rows)
 
 
+def _log_warning(diag: psycopg.errors.Diagnostic) -> None:
+    """A server WARNING on a connection of the client's own (not every NOTICE): logged."""
+    if diag.severity_nonlocalized == "WARNING":
+        logger.warning("queue_pg: server says: %s", diag.message_primary)
+
+
 def _configure(conn: Connection) -> None:
     """Each new connection of the client's own pool: the faster jsonb loader (see decode)."""
     decode.fast_jsonb(conn.adapters)
@@ -312,6 +318,7 @@ class ClientBase:
         with translating():
             conn = psycopg.Connection.connect(conninfo, autocommit=True,
                                                          **self._connect_kwargs())
+        conn.add_notice_handler(_log_warning)  # e.g. register_consumer's
         try:
             yield conn
         finally:

@@ -50,3 +50,19 @@ def test_a_registration_that_fails_is_said_loudly_and_flagged(caplog: pytest.Log
         pulse.beat(False, 0)  # reaped while it lives: said, and registered again
     assert not pulse.active and pulse.adopt() is None
     assert caplog.records[0].levelno == logging.ERROR
+
+
+@pytest.mark.parametrize("cls", ["InvalidSqlStatementName", "DuplicatePreparedStatement"])
+def test_a_prepared_statement_a_pooler_mixed_up_is_no_outage(cls: str) -> None:
+    """'prepared statement "_pg3_0" does not exist' (26000) or 'already exists' (42P05) is a
+    misconfigured pooler, reported as itself: never ServerUnavailable, never an outage."""
+    import psycopg
+
+    from queue_pg import ServerUnavailable, outage
+    from queue_pg.errors import translate
+
+    exc = getattr(psycopg.errors, cls)('prepared statement "_pg3_0" does not exist')
+    assert not outage.is_connection_error(exc)
+    with pytest.raises(psycopg.Error) as raised:
+        translate(exc)
+    assert not isinstance(raised.value, ServerUnavailable)
