@@ -194,6 +194,9 @@ def test_client_calls_from_many_threads_run_their_own_statements(pooled: Pooled)
 
 
 def test_a_transactional_enqueue_goes_with_the_callers_transaction(pooled: Pooled) -> None:
+    from queue_pg.install import current_revision
+
+    assert current_revision(pooled.dsn) is not None  # the DSN's queue_pg option is not libpq's
     with pooled.client() as client:
         client.create_queue("tx")
         with pooled.connect() as conn:
