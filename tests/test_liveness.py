@@ -70,7 +70,7 @@ def test_squatted_lock_ids_block_no_registration_and_keep_no_dead_consumer_alive
         [(other,)] = squatter.execute("SELECT queue_pg.register_consumer(NULL, %s)", (me,)).fetchall()
         assert other != me
         end(reg, owner)  # the worker dies; its lock (never held) and the squatter's say nothing
-        done = reaps(client, 2 * GRACE + 3.0)
+        done = reaps(client, 2 * GRACE + 5.0)
         assert sum(n for _, n in done) == 1, done
         assert next(at for at, n in done if n) >= GRACE - 0.05
         (back,) = client.receive("mine", 1)
@@ -101,18 +101,18 @@ def test_a_heartbeat_consumer_lives_by_its_beats_not_by_its_backend(
     until = time.monotonic() + 2 * GRACE + 1.0
     while time.monotonic() < until:
         assert client.consumer_heartbeat(one) and client.consumer_heartbeat(two)
+        last_beat = time.monotonic()
         ended.append(client.reap_consumers())
         time.sleep(0.3)
     assert sum(ended) == 0 and client.stats("q").in_flight == 2
-    # worker two dies: it beats no more
+    # worker two dies: it beats no more; dead a grace after its last beat, ended a grace later
     done = []
-    start = time.monotonic()
-    while time.monotonic() < start + 2 * GRACE + 3.0 and not sum(done):
+    while time.monotonic() < last_beat + 2 * GRACE + 8.0 and not sum(done):
         assert client.consumer_heartbeat(one)
         done.append(client.reap_consumers())
         time.sleep(0.2)
-    took = time.monotonic() - start
-    assert sum(done) == 1 and took >= 2 * GRACE - 0.1, (done, took)
+    took = time.monotonic() - last_beat
+    assert sum(done) == 1 and took >= 2 * GRACE - 0.05, (done, took)
     (back,) = client.receive("q", 1)
     assert back.id == m2.id
     assert client.stats("q").in_flight == 2  # worker one's lease stands (and the one just taken)
@@ -131,7 +131,7 @@ def test_a_session_poolers_reset_ends_the_consumer_and_its_next_client_gets_an_i
     me = client.register_consumer(backend)
     (m,) = client.receive("q", 1, consumer=me)
     backend.execute("DISCARD ALL")  # the worker was killed; the pooler resets its backend
-    done = reaps(client, 2 * GRACE + 2.0)  # its last beat (the registration) ages, then grace
+    done = reaps(client, 2 * GRACE + 5.0)  # its last beat (the registration) ages, then grace
     assert sum(n for _, n in done) == 1, done
     assert next(at for at, n in done if n) >= GRACE - 0.05
     nxt = client.register_consumer(backend)
