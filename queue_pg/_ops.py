@@ -286,13 +286,35 @@ def receive(
     )
 
 
-def register_consumer(name: str | None = None, adopt: int | None = None) -> Call[int | None]:
+def register_consumer(name: str | None = None, adopt: int | None = None,
+                      session: bool = True) -> Call[int | None]:
+    """``session``: the connection is a session of the caller's own for the consumer's life
+    (direct, or a session pooler's); False behind a transaction pooler (heartbeats only)."""
     return Call(
-        "select queue_pg.register_consumer(%(name)s::text, %(adopt)s::int) as result",
+        "select queue_pg.register_consumer(%(name)s::text, %(adopt)s::int, %(session)s::boolean)"
+        " as result",
         {"name": None if name is None else text(name, "name"),
-         "adopt": None if adopt is None else integer(adopt, "adopt")},
+         "adopt": None if adopt is None else integer(adopt, "adopt"),
+         "session": bool(session)},
         as_int_or_none,
     )
+
+
+def consumer_heartbeat(consumer: int) -> Call[bool]:
+    return Call("select queue_pg.consumer_heartbeat(%(consumer)s::int) as result",
+                {"consumer": integer(consumer, "consumer")}, as_bool)
+
+
+def _beat_and_reap(columns: Columns, rows: Rows) -> tuple[bool, int]:
+    return bool(rows[0][0]), int(rows[0][1])
+
+
+def pulse(consumer: int) -> Call[tuple[bool, int]]:
+    """A worker's second: its heartbeat (False: reaped, register again), then a reap (the
+    leases it ended), in one round trip."""
+    return Call("select queue_pg.consumer_heartbeat(%(consumer)s::int) as beat,"
+                " queue_pg.reap_consumers() as reaped",
+                {"consumer": integer(consumer, "consumer")}, _beat_and_reap)
 
 
 def reap_consumers() -> Call[int]:

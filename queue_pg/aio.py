@@ -59,6 +59,13 @@ class AsyncClient(AsyncClientBase):
 
     ``sweep_interval`` (seconds, None = never): how often a receive also sweeps expired messages,
     so a queue nobody sweeps by hand still sheds them.
+
+    ``pooler``: what sits between the client and PostgreSQL, "none", "session" or "transaction"
+    (None: the DSN's ``queue_pg_pooler`` option, else ``QUEUE_PG_POOLER``, else "none"). Behind
+    a transaction pooler the client prepares no statement server-side and its workers register
+    as heartbeat consumers. ``listen_dsn`` (None: ``QUEUE_PG_LISTEN_DSN``): a DSN that reaches
+    PostgreSQL directly, for the long poll's LISTEN; behind a transaction pooler without one,
+    long polls look again every second (see docs/operations.md, "Behind a connection pooler").
     """
 
     # --- queues ---------------------------------------------------------------------------------
@@ -283,15 +290,27 @@ class AsyncClient(AsyncClientBase):
         return await self._run(_ops.purge(queue), conn)
 
     async def register_consumer(
-        self, conn: AsyncConnection, *, name: str | None = None, adopt: int | None = None
+        self, conn: AsyncConnection, *, name: str | None = None, adopt: int | None = None,
+        session: bool | None = None,
     ) -> int | None:
-        """Register ``conn``'s session as a consumer; its id goes to :meth:`receive`'s
-        ``consumer``. Keep ``conn`` open (and outside any pool) for as long as the consumer
-        lives: when its session ends, a reap ends the consumer's leases after the grace period
-        (the ``queue_pg.consumer_grace`` setting, default 2 s). ``adopt``: the id held on a
-        connection that was lost, kept if no reap has ended it yet. None when no id could be
-        locked: leases then lapse as usual. Workers do all of this themselves."""
-        return await self._run(_ops.register_consumer(name, adopt), conn)
+        """Register a consumer on ``conn``; its id goes to :meth:`receive`'s ``consumer``.
+        Call :meth:`consumer_heartbeat` with it every second or so while the consumer lives:
+        a reap ends the leases of a consumer whose heartbeat is older than the grace period
+        (the ``queue_pg.consumer_grace`` setting, default 2 s). ``session`` (default: True
+        unless the client is behind a transaction pooler): ``conn`` is a session of its own,
+        kept open and outside any pool for the consumer's life, whose end a reap sees at once.
+        ``adopt``: the id held on a connection that was lost, kept if no reap has ended it
+        yet. None only when the session let its own consumer's lock go. Workers do all of this
+        themselves."""
+        if session is None:
+            session = not self._transaction_pooler
+        return await self._run(_ops.register_consumer(name, adopt, session), conn)
+
+    async def consumer_heartbeat(self, consumer: int, *,
+                                 conn: AsyncConnection | None = None) -> bool:
+        """The consumer's sign of life (see :meth:`register_consumer`); False when it is no
+        longer registered (a reap ended it): register again."""
+        return await self._run(_ops.consumer_heartbeat(consumer), conn)
 
     async def reap_consumers(self, *, conn: AsyncConnection | None = None) -> int:
         """End the leases of consumers gone for longer than the grace period; returns how

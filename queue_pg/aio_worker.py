@@ -17,7 +17,7 @@ from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, TypeVar
 
-from queue_pg import joblog
+from queue_pg import _ops, joblog
 from queue_pg.declare import ensure_queues
 from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
 from queue_pg.periodic import Scheduler
@@ -160,8 +160,8 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                     await asyncio.wait_for(self._wake.wait(), pause)
 
     async def _pulse_loop(self, tried: asyncio.Event) -> None:
-        """Register on a connection of this worker's own, then reap every REAP_INTERVAL on it
-        until the stop; a lost connection is made again (see queue_pg.pulse)."""
+        """Register on a connection of this worker's own, then beat and reap every
+        REAP_INTERVAL on it until the stop; a lost connection is made again (see queue_pg.pulse)."""
         pulse = self._pulse
         while not self._pulse_stop.is_set():
             try:
@@ -170,7 +170,11 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                         conn, name=pulse.name, adopt=pulse.adopt()))
                     tried.set()
                     while not await _stopped(self._pulse_stop, REAP_INTERVAL):
-                        pulse.reaped_now(await self.client.reap_consumers(conn=conn))
+                        if pulse.consumer is None:  # reaped, or no id: register again
+                            pulse.registered(await self.client.register_consumer(
+                                conn, name=pulse.name, adopt=pulse.adopt()))
+                            continue
+                        pulse.beat(*await self.client._run(_ops.pulse(pulse.consumer), conn))
                 return  # the session ends with the connection: a reap elsewhere forgets it
             except Exception as exc:
                 tried.set()

@@ -7,6 +7,7 @@ GENERATED from queue_pg/aio_base.py by tools/unasync.py: edit that, then run the
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -21,9 +22,9 @@ from psycopg_pool import ConnectionPool
 
 from queue_pg import _ops, _sqla, decode, outage
 from queue_pg._ops import Call
-from queue_pg.dsn import merge_conninfo, safe_dsn
+from queue_pg.dsn import merge_conninfo, pooler_of, safe_dsn
 from queue_pg.errors import InvalidParameter, translate, translating
-from queue_pg.longpoll import LongPoll
+from queue_pg.longpoll import RECHECK_INTERVAL, LongPoll
 from queue_pg.types import (
     Message,
     Seconds,
@@ -52,6 +53,12 @@ def execute(conn: Connection, call: Call[T]) -> T:
         columns = decode.columns(cur.pgresult)
         rows = cur.fetchall() if columns is not None else []
     return call.decode(columns or (), rows)
+
+
+def _log_warning(diag: psycopg.errors.Diagnostic) -> None:
+    """A server WARNING on a connection of the client's own (not every NOTICE): logged."""
+    if diag.severity_nonlocalized == "WARNING":
+        logger.warning("queue_pg: server says: %s", diag.message_primary)
 
 
 def _configure(conn: Connection) -> None:
@@ -112,7 +119,17 @@ class ClientBase:
         min_size: int = 1,
         max_size: int = 10,
         sweep_interval: float | None = 60.0,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
+        # what sits between this client and PostgreSQL (queue_pg.dsn.POOLERS): the argument, the
+        # DSN's queue_pg_pooler option, or QUEUE_PG_POOLER; and a DSN that reaches the server
+        # directly for LISTEN (a transaction pooler's connections never hear a NOTIFY)
+        dsn, self._pooler = pooler_of(pooler, source if isinstance(source, str) else None)
+        self._pooler_given = pooler
+        self._listen_dsn = listen_dsn or os.environ.get("QUEUE_PG_LISTEN_DSN") or None
+        self._listen_pool: ConnectionPool[Any] | None = None
+        self._warned_no_listen = False
         self._pool: ConnectionPool[Any] | None = None
         self._engine: _sqla.Engine | None = None
         self._dsn: str | None = None
@@ -130,7 +147,7 @@ class ClientBase:
             self._engine = source
             self._opened = True
         elif source is None or isinstance(source, str):
-            self._dsn = source
+            self._dsn = dsn
         else:
             raise TypeError(f"{type(self).__name__} source must be {_SOURCES},"
                             f" not {type(source).__name__}")
@@ -154,9 +171,12 @@ class ClientBase:
         min_size: int = 1,
         max_size: int = 10,
         sweep_interval: float | None = 60.0,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
     ) -> Self:
         """Create a client and open its pool (the async client cannot in its constructor)."""
-        client = cls(source, min_size=min_size, max_size=max_size, sweep_interval=sweep_interval)
+        client = cls(source, min_size=min_size, max_size=max_size, sweep_interval=sweep_interval,
+                     pooler=pooler, listen_dsn=listen_dsn)
         client._ensure_open()
         return client
 
@@ -173,16 +193,19 @@ class ClientBase:
                     # may start the embedded server: keep the event loop free meanwhile
                     resolved, origin = resolve_dsn(None)
                     logger.info("queue_pg: using %s (%s)", safe_dsn(resolved), origin)
-                    self._dsn = dsn = resolved
+                    dsn, self._pooler = pooler_of(self._pooler_given, resolved)
+                    assert dsn is not None
+                    self._dsn = dsn
                 # One direct connection first: a wrong DSN fails now with libpq's own message,
                 # instead of a pool retrying in the background until a PoolTimeout says nothing.
                 with translating():
-                    (psycopg.Connection.connect(dsn, connect_timeout=10)).close()
+                    (psycopg.Connection.connect(
+                        dsn, connect_timeout=10, **self._connect_kwargs())).close()
                 pool = ConnectionPool(
                     dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,
-                    kwargs={"autocommit": True},
+                    kwargs={"autocommit": True, **self._connect_kwargs()},
                     open=False,
                     name="queue_pg",
                     check=self._check_lent,
@@ -195,8 +218,20 @@ class ClientBase:
 
     def close(self) -> None:
         """Close the pool if the client opened it; a borrowed pool or engine stays open."""
+        if self._listen_pool is not None:
+            self._listen_pool.close()
         if self._owns_pool and self._pool is not None:
             self._pool.close()
+
+    @property
+    def _transaction_pooler(self) -> bool:
+        return self._pooler == "transaction"
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """Behind a transaction pooler, no server-side prepared statements: the next
+        transaction may run on another client's server session, where a statement of the same
+        name is another client's (PgBouncer without max_prepared_statements)."""
+        return {"prepare_threshold": None} if self._transaction_pooler else {}
 
     def __enter__(self) -> Self:
         self._ensure_open()
@@ -266,6 +301,8 @@ class ClientBase:
         self._ensure_open()
         assert self._pool is not None
         with self._pool.connection() as conn:
+            if self._transaction_pooler:  # a borrowed pool's connections too
+                conn.prepare_threshold = None
             yield conn
 
     @contextmanager
@@ -279,7 +316,9 @@ class ClientBase:
             return
         conninfo = self._conninfo()
         with translating():
-            conn = psycopg.Connection.connect(conninfo, autocommit=True)
+            conn = psycopg.Connection.connect(conninfo, autocommit=True,
+                                                         **self._connect_kwargs())
+        conn.add_notice_handler(_log_warning)  # e.g. register_consumer's
         try:
             yield conn
         finally:
@@ -327,9 +366,27 @@ class ClientBase:
         if timeout <= 0:
             return first
 
+        if self._transaction_pooler and self._listen_dsn is None:
+            # no NOTIFY reaches a transaction pooler's client: look again every second
+            if not self._warned_no_listen:
+                self._warned_no_listen = True
+                logger.warning("queue_pg: behind a transaction pooler without a listen DSN"
+                               " (QUEUE_PG_LISTEN_DSN): long polls look again every %.3gs"
+                               " instead of waking on NOTIFY", RECHECK_INTERVAL)
+            poll = LongPoll(start, timeout)
+            while True:
+                wake = poll.fruitless(monotonic())
+                if wake is None:
+                    return []
+                threading.Event().wait(wake)  # a sleep
+                result = attempt()
+                if result:
+                    return result
+
         with self._listener(own) as listener:
             channel = self._run(_ops.channel(queue), listener)
-            keep = self._owns_pool  # a caller's pool or engine gets its connections back clean
+            # a caller's pool or engine gets its connections back clean
+            keep = self._owns_pool or self._listen_dsn is not None
             try:
                 self._listen(listener, channel, keep)
                 poll = LongPoll(start, timeout, self._woken.get(queue))
@@ -354,9 +411,20 @@ class ClientBase:
 
     @contextmanager
     def _listener(self, own: Connection | None) -> Iterator[Connection]:
-        """The connection to LISTEN on: the one already borrowed, or (for a caller's
-        connection, whose transaction would hold notifications back) a borrowed one."""
-        if own is not None:
+        """The connection to LISTEN on: one of the listen DSN's (it reaches the server
+        directly), else the one already borrowed, or (for a caller's connection, whose
+        transaction would hold notifications back) a borrowed one."""
+        if self._listen_dsn is not None:
+            if self._listen_pool is None:
+                pool = ConnectionPool(
+                    self._listen_dsn, min_size=0, max_size=self._max_size,
+                    kwargs={"autocommit": True}, open=False, name="queue_pg_listen",
+                    check=self._check_lent)
+                pool.open()
+                self._listen_pool = pool
+            with self._listen_pool.connection() as conn:
+                yield conn
+        elif own is not None:
             yield own
         else:
             with self._borrow() as conn:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 
-__all__ = ["libpq_dsn", "merge_conninfo", "safe_dsn"]
+__all__ = ["POOLERS", "libpq_dsn", "merge_conninfo", "pooler_of", "safe_dsn", "split_option"]
+
+#: What may sit between the client and PostgreSQL: nothing ("none"), a pooler that gives each
+#: client a server session for as long as it is connected ("session"), or one that lends a
+#: server session per transaction ("transaction": no server-side prepared statements, no
+#: session state, no LISTEN).
+POOLERS = ("none", "session", "transaction")
 
 
 def libpq_dsn(dsn: str) -> str:
@@ -35,3 +42,35 @@ def safe_dsn(dsn: str) -> str:
         return "<unparsable DSN>"
     params.pop("password", None)
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
+def split_option(dsn: str, key: str) -> tuple[str, str | None]:
+    """``dsn`` without the queue_pg option ``key`` (libpq refuses keys it does not know), and
+    the option's value: ``?key=value`` in a URL, ``key=value`` in a key/value string."""
+    m = re.search(rf"([?&]){re.escape(key)}=([^&#]*)", dsn)
+    if m is not None and "://" in dsn:
+        rest = dsn[:m.start()] + (m.group(1) if dsn[m.end():m.end() + 1] == "&" else "")
+        tail = dsn[m.end() + 1:] if dsn[m.end():m.end() + 1] == "&" else dsn[m.end():]
+        return rest + tail, m.group(2)
+    m = re.search(rf"(?:^|\s){re.escape(key)}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn)
+    if m is not None and "://" not in dsn:
+        value = m.group(1)
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        return (dsn[:m.start()] + " " + dsn[m.end():]).strip(), value
+    return dsn, None
+
+
+def pooler_of(given: str | None, dsn: str | None) -> tuple[str | None, str]:
+    """The DSN without its ``queue_pg_pooler`` option, and the pooler in front of the server:
+    ``given`` (the client's argument), else the DSN's option, else ``QUEUE_PG_POOLER``, else
+    "none". An unknown name is refused (InvalidParameter)."""
+    from queue_pg.errors import InvalidParameter
+
+    option = None
+    if dsn is not None:
+        dsn, option = split_option(dsn, "queue_pg_pooler")
+    value = given or option or os.environ.get("QUEUE_PG_POOLER") or "none"
+    if value not in POOLERS:
+        raise InvalidParameter(f"pooler = {value!r}: allowed {', '.join(POOLERS)}")
+    return dsn, value

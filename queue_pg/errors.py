@@ -168,10 +168,18 @@ SCHEMA_MISSING_SQLSTATES = frozenset({"3F000", "42883", "42P01"})
 SERVER_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 
 
+#: Codes of a statement the server does not know or already has: prepared statements that a
+#: pooler in transaction mode mixed up between clients (an OperationalError in psycopg, but a
+#: misconfiguration, not an outage: see docs/operations.md, "Behind a connection pooler").
+PREPARED_STATEMENT_SQLSTATES = frozenset({"26000", "42P05"})
+
+
 def _unavailable(exc: psycopg.Error) -> bool:
     """A lost or refused connection; not a statement timeout, lock timeout or deadlock (also
-    OperationalErrors, but with codes of their own)."""
+    OperationalErrors, but with codes of their own), nor a prepared statement gone astray."""
     if not isinstance(exc, psycopg.OperationalError):
+        return False
+    if exc.sqlstate in PREPARED_STATEMENT_SQLSTATES:
         return False
     code = exc.sqlstate
     return code is None or code.startswith("08") or code in SERVER_UNAVAILABLE_SQLSTATES

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool, StaticPool
 
 from queue_pg import _resources
-from queue_pg.dsn import libpq_dsn
+from queue_pg.dsn import libpq_dsn, split_option
 
 __all__ = [
     "MIGRATION_LOCK_KEY",
@@ -77,7 +77,7 @@ class MigrationResult:
 
 def make_engine(dsn: str, **kwargs: Any) -> Engine:
     """SQLAlchemy engine (psycopg 3 driver) whose connections libpq opens from ``dsn`` as given."""
-    conninfo = libpq_dsn(dsn)
+    conninfo = split_option(libpq_dsn(dsn), "queue_pg_pooler")[0]  # the client's, not libpq's
     kwargs.setdefault("poolclass", NullPool)
     return create_engine(
         "postgresql+psycopg://", creator=lambda: psycopg.connect(conninfo), **kwargs
@@ -104,7 +104,8 @@ def head_revision() -> str:
 def current_revision(target: str | psycopg.Connection[Any]) -> str | None:
     """Revision recorded in the database, or None when queue_pg is not installed there."""
     if isinstance(target, str):
-        with psycopg.connect(libpq_dsn(target), autocommit=True) as conn:
+        with psycopg.connect(split_option(libpq_dsn(target), "queue_pg_pooler")[0],
+                             autocommit=True) as conn:
             return _read_revision(conn)
     return _read_revision(target)
 

@@ -31,9 +31,11 @@ __all__ = ["Outage", "acheck", "check", "is_connection_error", "looks_dead"]
 
 def is_connection_error(exc: BaseException) -> bool:
     """True for errors that mean "no server right now", not "this request was wrong"."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate in ("26000", "42P05"):  # a prepared statement a pooler mixed up: not an outage
+        return False
     if isinstance(exc, PoolTimeout | psycopg.OperationalError | psycopg.InterfaceError):
         return True
-    sqlstate = getattr(exc, "sqlstate", None)
     if not isinstance(sqlstate, str):
         return False
     # 08: connection exception; 57P01-3: admin shutdown, crash shutdown, cannot connect now

@@ -1,14 +1,16 @@
 """A worker as a consumer that can be seen to die (sql/api/34_consumers.sql).
 
-A worker opens one connection of its own (in no pool) and registers its session as a consumer
-there; its receives name the id, so each lease records whose it is. While the process lives the
-session holds the consumer's advisory lock; when the process dies (a crash, SIGKILL, the out-of-
-memory killer, a host gone) the session ends with it. Every second the worker reaps on that
-connection: the leases of consumers whose lock has been free for the grace period end, so their
-messages come back in seconds whatever their visibility timeout, while a slow job on a live
-worker keeps its long lease. The reap also keeps the connection busy (no idle-session timeout
-ends it) and notices when it is lost: the worker connects again and adopts its old id, which
-keeps its leases when that happens within the grace period.
+A worker opens one connection of its own (in no pool) and registers as a consumer there; its
+receives name the id, so each lease records whose it is. Every second the worker writes a
+heartbeat and reaps, in one round trip on that connection: the leases of consumers found dead
+for the grace period end, so their messages come back in seconds whatever their visibility
+timeout, while a slow job on a live worker keeps its long lease. Dead is a heartbeat older than
+the grace, or (on a session of its own, the default unless the client is behind a transaction
+pooler) its backend gone: when the process dies (a crash, SIGKILL, the out-of-memory killer, a
+host gone) the session ends with it. The beat also keeps the connection busy (no idle-session
+timeout ends it) and notices when it is lost: the worker connects again and adopts its old id,
+which keeps its leases when that happens within the grace period (after a failover, switchover
+or restart, within 15 s).
 
 This module holds what both workers decide; :class:`queue_pg.Worker` runs it in a thread,
 :class:`queue_pg.AsyncWorker` in a task.
@@ -41,8 +43,12 @@ class Pulse:
         self.consumer: int | None = None
         self._adopt: int | None = None
         self.reaped = 0  #: leases of lost consumers this worker's reaps ended
+        # reconnect at least every 2 s: after a restart or failover the worker must be back
+        # (adopt its id) within the allowance the reaps give it
         self.outage = outage.Outage(logger, "consumer registration", base=REAP_INTERVAL,
-                                    cap=30.0)
+                                    cap=2.0)
+        #: registrations that gave no id or failed: crash detection was off meanwhile
+        self.failures = 0
 
     def adopt(self) -> int | None:
         """The id to ask register_consumer for: the one held before the connection was lost."""
@@ -50,8 +56,10 @@ class Pulse:
 
     def registered(self, consumer: int | None) -> None:
         if consumer is None:
-            logger.warning("no consumer id could be registered: leases of this worker lapse"
-                           " as usual if it dies")
+            self.failures += 1
+            logger.error("crash detection is OFF for this worker: no consumer id could be"
+                         " registered; its leases lapse as usual if it dies (retrying each"
+                         " second)")
         elif self._adopt is not None and consumer != self._adopt:
             logger.warning("consumer %d was reaped while its connection was lost (its leases"
                            " ended); registered again as consumer %d", self._adopt, consumer)
@@ -60,6 +68,20 @@ class Pulse:
                         " within seconds", consumer, self.name)
         self.consumer = self._adopt = consumer
         self.outage.recovered()
+
+    @property
+    def active(self) -> bool:
+        """Whether crash detection covers this worker now (registered, not lost)."""
+        return self.consumer is not None
+
+    def beat(self, alive: bool, ended: int) -> None:
+        """A heartbeat and reap on the registration's connection: ``alive`` False when the
+        consumer was reaped (its leases ended): register again (a new id)."""
+        if not alive:
+            logger.error("consumer %s was reaped although this worker lives (its leases"
+                         " ended): registering again", self.consumer)
+            self.consumer = self._adopt = None
+        self.reaped_now(ended)
 
     def reaped_now(self, ended: int) -> None:
         if ended:
@@ -73,7 +95,9 @@ class Pulse:
         self.consumer = None
         pause = self.outage.failed(exc)
         if not outage.is_connection_error(exc):
-            logger.warning("consumer registration failed (%s); retrying in %.1fs", exc, pause)
+            self.failures += 1
+            logger.error("consumer registration failed (%s): crash detection is OFF for this"
+                         " worker until it succeeds; retrying in %.1fs", exc, pause)
         return pause
 
     def refused(self) -> None:

@@ -201,6 +201,10 @@ consumers = Table(
     Column("lost_at", TIMESTAMPTZ, nullable=True),
     Column("queue_ids", ARRAY(Integer), nullable=False, server_default=text("'{}'::integer[]")),
     Column("backend_start", TIMESTAMPTZ, nullable=True),
+    Column("last_seen", TIMESTAMPTZ, nullable=True),
+    Column("seen_on", Text, nullable=True),
+    Column("session", Boolean, nullable=False, server_default=text("true")),
+    Column("lost_on", Text, nullable=True),
     PrimaryKeyConstraint("id", name="consumers_pkey"),
     schema=SCHEMA,
 )

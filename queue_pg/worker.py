@@ -36,7 +36,7 @@ from time import monotonic
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from queue_pg import joblog
+from queue_pg import _ops, joblog
 from queue_pg.acks import FLUSH_DELAY
 from queue_pg.backoff import Backoff
 from queue_pg.declare import ensure_queues
@@ -92,8 +92,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
     :data:`queue_pg.worker_loop.POLL_SLICE`; SQL checks the value). ``grace_period``: how long a
     stop waits for running handlers. ``detect_crashes`` (default on): the worker registers as a
     consumer on a connection of its own, outside the pool (:mod:`queue_pg.pulse`), so that when
-    its process dies its leases end within seconds instead of lapsing; turn it off behind a
-    pooler that does not keep sessions (PgBouncer in transaction mode).
+    its process dies its leases end within seconds instead of lapsing (behind a transaction
+    pooler by its heartbeat alone); :attr:`crash_detection` says whether it is on now.
 
     The client's pool should have ``concurrency + 2`` connections (receive, heartbeat, one per
     handler thread), one more with periodic tasks (the scheduler). Expired messages are swept
@@ -239,8 +239,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
         threading.Thread(target=self._heartbeat, name="queue_pg-heartbeat", daemon=True).start()
 
     def _pulse_loop(self) -> None:
-        """Register on a connection of this worker's own, then reap every REAP_INTERVAL on it
-        until the stop; a lost connection is made again (see queue_pg.pulse)."""
+        """Register on a connection of this worker's own, then beat and reap every
+        REAP_INTERVAL on it until the stop; a lost connection is made again (see queue_pg.pulse)."""
         pulse = self._pulse
         while not self._pulse_stop.is_set():
             try:
@@ -249,7 +249,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
                         conn, name=pulse.name, adopt=pulse.adopt()))
                     self._pulse_tried.set()
                     while not self._pulse_stop.wait(REAP_INTERVAL):
-                        pulse.reaped_now(self.client.reap_consumers(conn=conn))
+                        if pulse.consumer is None:  # reaped, or no id: register again
+                            pulse.registered(self.client.register_consumer(
+                                conn, name=pulse.name, adopt=pulse.adopt()))
+                            continue
+                        pulse.beat(*self.client._run(_ops.pulse(pulse.consumer), conn))
                 return  # the session ends with the connection: a reap elsewhere forgets it
             except Exception as exc:
                 self._pulse_tried.set()

@@ -55,7 +55,7 @@ def _n(count: int, one: str, many: str | None = None) -> str:
               help="Level of the line logged when each job starts and finishes.")
 @click.option("--detect-crashes/--no-detect-crashes", default=True, show_default=True,
               help="Register as a consumer on a connection of its own, so that a crashed"
-              " worker's leases end within seconds (off behind PgBouncer in transaction mode).")
+              " worker's leases end within seconds (by heartbeats behind a transaction pooler).")
 @click.pass_context
 def worker_command(
     ctx: click.Context,

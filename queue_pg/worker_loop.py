@@ -329,3 +329,10 @@ class WorkerBase(Generic[C, H]):
     @property
     def queues(self) -> list[str]:
         return self.settings.queues
+
+    @property
+    def crash_detection(self) -> bool:
+        """Whether this worker is registered as a consumer now, so that its leases end within
+        seconds if it dies (False: turned off, not registered yet, or registration failing,
+        which the log says at ERROR)."""
+        return self._pulse.enabled and self._pulse.active

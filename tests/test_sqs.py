@@ -1082,6 +1082,29 @@ def test_one_pool_lends_each_connection_as_one_role(
             assert user == a.name
             assert await asyncio.create_task(who(None)) == (owner, pid)
 
+            async def session_role() -> tuple[str, str]:
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+                REQUEST_ROLE.set(None)
+                async with pool.connection() as conn:  # no session state left: SHOW role
+                    row = await (await conn.execute("SELECT current_setting('role'),"
+                                                    " current_user::text")).fetchone()
+                    assert row is not None
+                    return str(row[0]), str(row[1])
+
+            assert await asyncio.create_task(session_role()) == ("none", owner)
+
+            async def in_block() -> str:  # a transaction block of the borrower's takes it too
+                REQUEST_ROLE.set(a.name)
+                async with pool.connection() as conn, conn.transaction():
+                    row = await (await conn.execute("SELECT current_user::text")).fetchone()
+                    assert row is not None
+                    return str(row[0])
+
+            assert await asyncio.create_task(in_block()) == a.name
+            assert (await asyncio.create_task(who(None)))[0] == owner
+
             async def fail_in_transaction() -> None:
                 REQUEST_ROLE.set(a.name)
                 async with pool.connection() as conn, conn.transaction():

@@ -2,10 +2,11 @@
 protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg.
 
 Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
-then runs as the key's PostgreSQL role: one pool serves every role, and each connection it lends
-runs as the role of the request that borrows it (``SET ROLE`` when it had another,
-:class:`RolePool`), so queue_pg's own grants decide what the request may do. ``auth=False``
-runs every request as the DSN's user, for local development.
+then runs as the key's PostgreSQL role: one pool serves every role, and each transaction on a
+connection it lends first takes the role of the request that borrowed it (``SET LOCAL ROLE``,
+:class:`RolePool`), so queue_pg's own grants decide what the request may do, and no role
+outlives its transaction (a transaction pooler may give the server session to anyone next).
+``auth=False`` runs every request as the DSN's user, for local development.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ import contextlib
 import json
 import logging
 import uuid
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,9 +33,13 @@ from starlette.routing import Route
 
 from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
+from queue_pg.dsn import pooler_of
 from queue_pg.errors import translate
 from queue_pg.sqs import actions, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe, message
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 logger = logging.getLogger("queue_pg.sqs")
 CONTENT_TYPE = "application/x-amz-json-1.0"
@@ -62,40 +67,70 @@ async def _body(request: Request) -> bytes:
 REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
 
 
-#: A connection's role is not known (new, or a SET ROLE on it failed): set it before any loan.
-_UNKNOWN = object()
+class RoleCursor(psycopg.AsyncCursor[Any]):
+    """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
+    first takes the loan's role for that transaction (``SET LOCAL ROLE``)."""
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
+        conn = self.connection
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        if idle and isinstance(conn, RoleConnection):
+            await conn.take_role()
+        return await super().execute(query, params, **kwargs)
 
 
-class RolePool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
-    """One pool for every key's role. A connection lent runs as the role in
-    :data:`REQUEST_ROLE` (``SET ROLE``, a session setting on an autocommit connection; None:
-    ``RESET ROLE``, the DSN's user) before anything runs on it. Each connection remembers the
-    role it took last, so a loan of the same role skips the statement and a loan of another role
-    (or of the DSN's user) sets it first: every loan runs as exactly its request's role, with no
-    round trip when consecutive loans share one. A connection whose role is not known (new, or a
-    SET ROLE that failed or was cancelled) is set again; one returned mid-statement is closed by
-    the pool, never lent again."""
+class RoleConnection(psycopg.AsyncConnection[Any]):
+    """A pooled connection and the role of the request it is lent to (None: the DSN's user)."""
 
-    def __init__(self, dsn: str, *, max_size: int) -> None:
-        super().__init__(dsn, min_size=0, max_size=max_size, open=False, name="queue_pg_sqs",
-                         kwargs={"autocommit": True}, configure=_configure,
-                         check=AsyncConnectionPool.check_connection)
-        self._roles: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], object] = \
-            weakref.WeakKeyDictionary()
+    role: str | None = None
 
-    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+    async def take_role(self) -> None:
+        """The loan's role for the current (or, when idle, a new) transaction."""
+        if self.role is not None:
+            await psycopg.AsyncCursor(self).execute(
+                sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self.role)))
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[psycopg.AsyncTransaction]:
+        """A transaction (or savepoint) block: its BEGIN is followed by the loan's role."""
+        async with super().transaction(savepoint_name, force_rollback) as tx:
+            await self.take_role()
+            yield tx
+
+
+class RolePool(AsyncConnectionPool[RoleConnection]):
+    """One pool for every key's role. Its connections are not autocommit: each transaction on a
+    lent connection starts with ``SET LOCAL ROLE`` of the request in :data:`REQUEST_ROLE`
+    (:class:`RoleCursor`), and a connection given back commits what it did (as autocommit
+    would have) or rolls back a failed transaction. So a role lasts one transaction of one
+    loan, on the server session that ran it, and the next borrower (or, behind a transaction
+    pooler, the next client of that server session) starts as the DSN's user whatever the last
+    one did; nothing is set for the session (no ``SET ROLE``, no ``RESET ROLE``)."""
+
+    def __init__(self, dsn: str, *, max_size: int, prepare: bool = True) -> None:
+        kwargs: dict[str, Any] = {"autocommit": False, "cursor_factory": RoleCursor}
+        if not prepare:  # behind a transaction pooler (see docs/operations.md)
+            kwargs["prepare_threshold"] = None
+        super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
+                         open=False, name="queue_pg_sqs", kwargs=kwargs,
+                         configure=_configure, check=AsyncConnectionPool.check_connection)
+
+    async def getconn(self, timeout: float | None = None) -> RoleConnection:
         conn = await super().getconn(timeout)
-        role = REQUEST_ROLE.get()
-        if self._roles.get(conn, _UNKNOWN) is _UNKNOWN or self._roles[conn] != role:
-            self._roles[conn] = _UNKNOWN  # until the statement below is known to have run
-            try:
-                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role))
-                                   if role is not None else sql.SQL("RESET ROLE"))
-            except BaseException:
-                await self.putconn(conn)  # its role unknown: set again at its next loan
-                raise
-            self._roles[conn] = role
+        conn.role = REQUEST_ROLE.get()
         return conn
+
+    async def putconn(self, conn: RoleConnection) -> None:
+        conn.role = None
+        status = conn.info.transaction_status
+        with contextlib.suppress(psycopg.Error):  # the pool discards what it cannot reset
+            if status == TransactionStatus.INTRANS:
+                await conn.commit()
+            elif status == TransactionStatus.INERROR:
+                await conn.rollback()
+        await super().putconn(conn)
 
 
 #: Seconds between two steps of the running move tasks (their rate holds per step: see
@@ -112,7 +147,9 @@ class Endpoint:
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
                  region: str = sigv4.DEFAULT_REGION) -> None:
-        self.dsn = dsn
+        # the queue_pg_pooler option (or QUEUE_PG_POOLER) taken out of the DSN libpq sees
+        stripped, self.pooler = pooler_of(None, dsn)
+        self.dsn = stripped or dsn
         self.auth = auth
         self.region = region
         self.pool_size = pool_size
@@ -130,11 +167,14 @@ class Endpoint:
         async with self._open_lock:
             if self._client is not None:
                 return
-            pool = RolePool(self.dsn, max_size=self.pool_size)
+            transaction = self.pooler == "transaction"
+            pool = RolePool(self.dsn, max_size=self.pool_size, prepare=not transaction)
             await pool.open()
             if self.auth:
                 keys: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                    self.dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+                    self.dsn, min_size=1, max_size=2, open=False,
+                    kwargs={"autocommit": True, **({"prepare_threshold": None} if transaction
+                                                   else {})})
                 try:
                     await keys.open()
                 except BaseException:
@@ -143,7 +183,7 @@ class Endpoint:
                     raise
                 self._keys = keys
             self._pool = pool
-            self._client = AsyncClient(pool)
+            self._client = AsyncClient(pool, pooler=self.pooler)
             self._stepper = asyncio.create_task(self._step_moves(), name="queue_pg_sqs_moves")
 
     @property

@@ -18,6 +18,8 @@ DROP FUNCTION IF EXISTS queue_pg._receive(text, integer, double precision, doubl
 DROP FUNCTION IF EXISTS queue_pg.receive(text, integer, double precision, double precision, text[]);
 DROP FUNCTION IF EXISTS queue_pg._claim(queue_pg.queues, integer, double precision, boolean, boolean);
 DROP FUNCTION IF EXISTS queue_pg._history_maintenance(timestamptz, integer);
+-- revision 0020 (consumer heartbeats): register_consumer's `session`
+DROP FUNCTION IF EXISTS queue_pg.register_consumer(text, integer);
 DROP FUNCTION IF EXISTS queue_pg._unfit(integer, jsonb, jsonb);
 DROP FUNCTION IF EXISTS queue_pg._counter(text, integer);
 DROP FUNCTION IF EXISTS queue_pg._count(text, integer, bigint);

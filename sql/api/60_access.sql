@@ -160,7 +160,7 @@ BEGIN
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
                                       'message_groups', 'message_details',
                                       -- consumers that can be seen to die (34_consumers.sql)
-                                      'register_consumer', 'reap_consumers')
+                                      'register_consumer', 'reap_consumers', 'consumer_heartbeat')
                        THEN ARRAY['queue_pg_consumer']
                    -- per-queue 'manage' grants decide; any member of a group may try
                    WHEN p.proname IN ('alter_queue', 'drop_queue', 'purge', 'redrive', 'grant',
