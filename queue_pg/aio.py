@@ -97,11 +97,12 @@ class AsyncClient(AsyncClientBase):
         return await self._run(_ops.drop_queue(name, if_exists), conn)
 
     async def list_queues(self, *, conn: AsyncConnection | None = None) -> list[QueueConfig]:
-        """Every queue's settings, sorted by name."""
+        """The settings of the queues the caller has a grant on (admins: every queue), by name."""
         return await self._run(_ops.list_queues(), conn)
 
     async def get_queue(self, name: str, *, conn: AsyncConnection | None = None) -> QueueConfig:
-        """The queue's settings; QueueNotFound if it does not exist."""
+        """The queue's settings; QueueNotFound if it does not exist, AccessDenied without a
+        grant on it."""
         return await self._run(_ops.get_queue(name), conn)
 
     async def channel(self, queue: str, *, conn: AsyncConnection | None = None) -> str:
@@ -233,7 +234,8 @@ class AsyncClient(AsyncClientBase):
     ) -> datetime:
         """Set the lease to end ``timeout`` from now (0 releases it); returns the new
         visible_until. LeaseLimitExceeded past max_lease from the receive. ``release=True``
-        marks a planned retry: its return is not counted as a lease expiry."""
+        marks a planned retry: its return is not counted as a lease expiry, it holds no slot of
+        in_flight_limit, and (timeout > 0) the receipt is spent: stale from then on."""
         return await self._run(_ops.change_visibility(queue, receipt, timeout, release), conn)
 
     async def update(
@@ -333,7 +335,8 @@ class AsyncClient(AsyncClientBase):
         limit: int | None = None,
         conn: AsyncConnection | None = None,
     ) -> int:
-        """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
+        """Move dead-lettered messages back to their source queue (or ``to``, which needs
+        ``send``); returns how many. Messages whose source the caller may not send to stay."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
     async def start_redrive(

@@ -94,11 +94,12 @@ class Client(ClientBase):
         return self._run(_ops.drop_queue(name, if_exists), conn)
 
     def list_queues(self, *, conn: Connection | None = None) -> list[QueueConfig]:
-        """Every queue's settings, sorted by name."""
+        """The settings of the queues the caller has a grant on (admins: every queue), by name."""
         return self._run(_ops.list_queues(), conn)
 
     def get_queue(self, name: str, *, conn: Connection | None = None) -> QueueConfig:
-        """The queue's settings; QueueNotFound if it does not exist."""
+        """The queue's settings; QueueNotFound if it does not exist, AccessDenied without a
+        grant on it."""
         return self._run(_ops.get_queue(name), conn)
 
     def channel(self, queue: str, *, conn: Connection | None = None) -> str:
@@ -230,7 +231,8 @@ class Client(ClientBase):
     ) -> datetime:
         """Set the lease to end ``timeout`` from now (0 releases it); returns the new
         visible_until. LeaseLimitExceeded past max_lease from the receive. ``release=True``
-        marks a planned retry: its return is not counted as a lease expiry."""
+        marks a planned retry: its return is not counted as a lease expiry, it holds no slot of
+        in_flight_limit, and (timeout > 0) the receipt is spent: stale from then on."""
         return self._run(_ops.change_visibility(queue, receipt, timeout, release), conn)
 
     def update(
@@ -330,7 +332,8 @@ class Client(ClientBase):
         limit: int | None = None,
         conn: Connection | None = None,
     ) -> int:
-        """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
+        """Move dead-lettered messages back to their source queue (or ``to``, which needs
+        ``send``); returns how many. Messages whose source the caller may not send to stay."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
     def start_redrive(

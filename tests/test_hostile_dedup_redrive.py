@@ -119,7 +119,9 @@ def test_only_a_manager_sets_who_may_dead_letter_into_a_queue(w: World) -> None:
         for queue in (MINE, THEIRS):
             with pytest.raises(AccessDenied):
                 w.run(role, f"SELECT queue_pg.set_redrive_allow('{queue}', 'deny_all')")
-    # reading it is as open as a queue's settings; it names queues, nothing more
-    [(policy,)] = w.run(w.consumer, "SELECT queue_pg.redrive_allow('theirs')")
+    # reading it is as open as a queue's settings: to a role with a grant on the queue
+    [(policy,)] = w.run(w.consumer, "SELECT queue_pg.redrive_allow('mine')")
     assert policy == {"permission": "allow_all"}
+    with pytest.raises(AccessDenied, match="theirs"):
+        w.run(w.consumer, "SELECT queue_pg.redrive_allow('theirs')")
     assert w.count("SELECT count(*) FROM queue_pg.queues WHERE options ? 'redrive_allow'") == 0

@@ -128,6 +128,10 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 604800::float8 $$;
 CREATE OR REPLACE FUNCTION queue_pg._max_ttl() RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3153600000::float8 $$;
 
+-- The longest history retention a manager of a queue (not an admin) may set: 30 days.
+CREATE OR REPLACE FUNCTION queue_pg._manager_retention_cap() RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2592000::float8 $$;
+
 CREATE OR REPLACE FUNCTION queue_pg._seconds(v double precision) RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT make_interval(secs => v) $$;
 

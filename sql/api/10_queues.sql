@@ -107,11 +107,16 @@ $$;
 -- are found by the one full scan per second per queue, or at once when the floor range has too
 -- few messages to fill the receive.
 CREATE OR REPLACE FUNCTION queue_pg._sequence_kinds() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$ SELECT array['stale_receipts', 'claim_floor', 'claim_rescan', 'notified',
+LANGUAGE sql IMMUTABLE AS $$ SELECT array['claim_floor', 'claim_rescan', 'notified',
                            'sent', 'sent_x10', 'sent_x100', 'received', 'received_x10', 'received_x100',
-                           'deleted', 'deleted_x10', 'deleted_x100'] $$;
+                           'deleted', 'deleted_x10', 'deleted_x100', 'stale_receipts'] $$;
 
--- Creates (create => true) the missing per-queue sequences, or drops them (see _sequence).
+-- Creates (create => true) the missing per-queue sequences, or drops them (see _sequence), in
+-- the order of _sequence_kinds. The lock order of a queue's DDL and its maintenance: drop_queue
+-- holds the queue's row (FOR UPDATE) before it drops them; a sweep or tune that writes rows
+-- naming a queue takes its row first (FOR KEY SHARE SKIP LOCKED: a queue being dropped is
+-- skipped), and every reader that takes no row reads the flows (sent, received, deleted) before
+-- stale_receipts, the order in which they are dropped: no wait goes round in a circle.
 CREATE OR REPLACE FUNCTION queue_pg._queue_sequences(queue_id integer, "create" boolean)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -248,11 +253,21 @@ DECLARE
     q queue_pg.queues;
     c text;
 BEGIN
-    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = alter_queue.name FOR UPDATE;
+    SELECT * INTO q FROM queue_pg.queues WHERE queues.name = alter_queue.name FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM queue_pg._queue(alter_queue.name);
     END IF;
     PERFORM queue_pg._authorize(q.id, q.name, 'manage');
+    -- Whole days of history are dropped past the longest retention of any queue: a retention
+    -- beyond the managers' cap keeps every queue's days, so only an admin (or the owner) sets it.
+    IF alter_queue.history_retention > queue_pg._manager_retention_cap()
+       AND alter_queue.history_retention IS DISTINCT FROM q.history_retention
+       AND queue_pg._denied(NULL, 'create') IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('history_retention = %s is out of range: allowed 3600 to %s seconds (30 days) for a manager of queue %s; a longer one keeps every queue''s history, so a member of queue_pg_admin sets it',
+                             alter_queue.history_retention, queue_pg._fmt(queue_pg._manager_retention_cap()),
+                             quote_literal(q.name));
+    END IF;
     q.visibility_timeout := coalesce(alter_queue.visibility_timeout, q.visibility_timeout);
     q.message_ttl := coalesce(alter_queue.message_ttl, q.message_ttl);
     q.delay := coalesce(alter_queue.delay, q.delay);
@@ -333,8 +348,15 @@ BEGIN
     RETURN true;
 END $$;
 
+-- The queues the caller has some grant on (every queue for admins and the owner: _sees, the
+-- rule of every listing and view), so no surface built on it (SQS ListQueues, the dashboard,
+-- the CLI) shows a role another queue's name or settings.
 CREATE OR REPLACE FUNCTION queue_pg.list_queues() RETURNS SETOF queue_pg.queues
-LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN QUERY SELECT * FROM queue_pg.queues ORDER BY name; END $$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg.queues q WHERE queue_pg._sees(q.id) ORDER BY q.name;
+END $$;
 
+-- A queue's settings: QueueNotFound, or AccessDenied without a grant on it (_queue_seen).
 CREATE OR REPLACE FUNCTION queue_pg.get_queue(name text) RETURNS SETOF queue_pg.queues
-LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN NEXT queue_pg._queue(name); END $$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN NEXT queue_pg._queue_seen(name); END $$;

@@ -36,14 +36,30 @@ END $$;
 -- Messages of q in flight, for a caller about to put `want` more in flight: the counter row,
 -- locked until the transaction ends. The counter is an upper bound (a lapsed lease is not
 -- subtracted); when it says the limit would be passed, count exactly, no further than the
--- limit, and store the truth.
-CREATE OR REPLACE FUNCTION queue_pg._in_flight_held(q queue_pg.queues, n timestamptz, want integer)
+-- limit, and store the truth. NULL when another transaction holds the row for longer than
+-- `patience` seconds (a receive kept open in a transaction, whose claims nobody else can
+-- count): the caller answers "full" instead of waiting for that transaction to end. The row is
+-- taken with SKIP LOCKED and tried again after a short sleep, so no call waits on a lock.
+DROP FUNCTION IF EXISTS queue_pg._in_flight_held(queue_pg.queues, timestamptz, integer);  -- before patience
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_held(q queue_pg.queues, n timestamptz, want integer,
+                                                    patience double precision DEFAULT 1)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     held bigint;
+    until timestamptz;
+    nap double precision := 0.001;
 BEGIN
-    SELECT f.n INTO held FROM queue_pg.in_flight f WHERE f.queue_id = q.id FOR UPDATE;
+    LOOP
+        SELECT f.n INTO held FROM queue_pg.in_flight f WHERE f.queue_id = q.id FOR UPDATE SKIP LOCKED;
+        EXIT WHEN FOUND OR NOT EXISTS (SELECT 1 FROM queue_pg.in_flight f WHERE f.queue_id = q.id);
+        until := coalesce(until, clock_timestamp() + queue_pg._seconds(patience));
+        IF clock_timestamp() >= until THEN
+            RETURN NULL;
+        END IF;
+        PERFORM pg_sleep(nap);
+        nap := least(nap * 2, 0.02);
+    END LOOP;
     IF held IS NULL OR held + want > q.in_flight_limit THEN
         held := queue_pg._in_flight_exact(q, n);
         INSERT INTO queue_pg.in_flight AS f (queue_id, n) VALUES (q.id, held)
@@ -52,9 +68,28 @@ BEGIN
     RETURN held;
 END $$;
 
+-- Takes `k` leases off q's in-flight counter (an upper bound): skipped when another transaction
+-- holds the row, so a delete or release never waits for a receive kept open; the counter then
+-- stays high, and the exact count corrects it when it reaches the limit.
+-- plpgsql: its plan is kept for the session (a sql function's statement is planned every call).
+CREATE OR REPLACE FUNCTION queue_pg._in_flight_less(queue_id integer, k bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queue_pg.in_flight f SET n = greatest(f.n - k, 0)
+    WHERE f.queue_id = _in_flight_less.queue_id
+      AND f.ctid = (SELECT x.ctid FROM queue_pg.in_flight x WHERE x.queue_id = _in_flight_less.queue_id
+                    FOR UPDATE SKIP LOCKED);
+END $$;
+
 CREATE OR REPLACE FUNCTION queue_pg._in_flight_full(q queue_pg.queues, held bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF held IS NULL THEN  -- _in_flight_held ran out of patience
+        RAISE EXCEPTION USING ERRCODE = 'QP008',
+            MESSAGE = format('queue %s has its in-flight count held by a transaction still open: in_flight_limit = %s counts as reached until it ends',
+                             quote_literal(q.name), q.in_flight_limit),
+            HINT = 'a receive inside a transaction left open holds the count; end that transaction';
+    END IF;
     RAISE EXCEPTION USING ERRCODE = 'QP008',
         MESSAGE = format('queue %s has %s messages in flight: in_flight_limit = %s is reached',
                          quote_literal(q.name), held, q.in_flight_limit);
@@ -92,8 +127,9 @@ DECLARE
     rescan_us bigint;
 BEGIN
     IF q.in_flight_limit IS NOT NULL THEN
-        held := queue_pg._in_flight_held(q, n, want);
-        IF held >= q.in_flight_limit THEN
+        -- a server-side poll tries again in 50 ms anyway: it does not wait for the row
+        held := queue_pg._in_flight_held(q, n, want, CASE WHEN undo_fruitless THEN 0 ELSE 1 END);
+        IF held IS NULL OR held >= q.in_flight_limit THEN
             IF undo_fruitless THEN
                 RAISE EXCEPTION USING ERRCODE = 'QP900', MESSAGE = 'fruitless claim attempt';
             ELSIF long_poll THEN

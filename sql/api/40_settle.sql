@@ -66,7 +66,7 @@ BEGIN
         PERFORM queue_pg._history(q, m, 'deleted', n);
         PERFORM nextval(queue_pg._sequence('deleted', q.id));
         IF q.in_flight_limit IS NOT NULL AND m.visible_at > n AND NOT m.released THEN
-            UPDATE queue_pg.in_flight f SET n = greatest(f.n - 1, 0) WHERE f.queue_id = q.id;
+            PERFORM queue_pg._in_flight_less(q.id, 1);
             PERFORM queue_pg._wake(q.id, false);  -- a slot is free: wake a long poll
         END IF;
         RETURN true;
@@ -140,7 +140,7 @@ BEGIN
     INTO gone_ids, gone_leases, freed
     FROM del d;
     IF q.in_flight_limit IS NOT NULL AND freed > 0 THEN
-        UPDATE queue_pg.in_flight f SET n = greatest(f.n - freed, 0) WHERE f.queue_id = q.id;
+        PERFORM queue_pg._in_flight_less(q.id, freed);
         -- slots are free: wake the long polls waiting on a full queue (a max_running
         -- task's next run starts when a run ends, not at the next poll slice)
         PERFORM queue_pg._wake(q.id, false);
@@ -242,22 +242,27 @@ BEGIN
     -- receive.
     IF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN
         held := queue_pg._in_flight_held(q, n, 1);
-        IF held >= q.in_flight_limit THEN
+        IF held IS NULL OR held >= q.in_flight_limit THEN
             PERFORM queue_pg._in_flight_full(q, held);
         END IF;
     END IF;
+    -- A release with a backoff (timeout > 0) ends the receipt's rights: a new lease number makes
+    -- it stale, so a released message, which holds no slot of in_flight_limit (or max_running),
+    -- can no longer be settled by its holder while it waits; a receive takes it up again.
     UPDATE queue_pg.messages t SET
         visible_at = CASE WHEN timeout IS NULL THEN t.visible_at ELSE n + queue_pg._seconds(timeout) END,
         released = CASE WHEN timeout IS NULL THEN t.released ELSE timeout = 0 OR release END,
+        lease_no = CASE WHEN timeout > 0 AND release THEN t.lease_no + 1 ELSE t.lease_no END,
         body = coalesce(_relet.body, t.body),
         attributes = coalesce(new_attributes, t.attributes)
     WHERE t.id = m.id
     RETURNING t.id, q.name, t.body, t.attributes, receipt, t.receive_count, t.enqueued_at,
               t.first_received_at, t.visible_at, t.expires_at
     INTO result;
-    IF q.in_flight_limit IS NOT NULL AND was_in <> is_in THEN
-        UPDATE queue_pg.in_flight f SET n = greatest(f.n + CASE WHEN was_in THEN -1 ELSE 1 END, 0)
-        WHERE f.queue_id = q.id;
+    IF q.in_flight_limit IS NOT NULL AND was_in AND NOT is_in THEN
+        PERFORM queue_pg._in_flight_less(q.id, 1);
+    ELSIF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN  -- the row is held (above)
+        UPDATE queue_pg.in_flight f SET n = f.n + 1 WHERE f.queue_id = q.id;
     END IF;
     IF timeout = 0 OR (q.in_flight_limit IS NOT NULL AND was_in AND NOT is_in) THEN
         PERFORM pg_notify(queue_pg._channel(q.id, key), '');  -- visible now, or a slot is free
@@ -266,7 +271,8 @@ BEGIN
 END $$;
 
 -- SQS ChangeMessageVisibility: returns the new lease end; 0 releases the message at once.
--- release => true: a planned retry (backoff), whose return is not counted as a lease expiry.
+-- release => true: a planned retry (backoff), whose return is not counted as a lease expiry;
+-- with a timeout above 0 the receipt is spent (stale from then on).
 CREATE OR REPLACE FUNCTION queue_pg.change_visibility(queue text, receipt text, timeout double precision,
                                                       release boolean DEFAULT false)
 RETURNS timestamptz

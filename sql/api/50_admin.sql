@@ -165,13 +165,28 @@ BEGIN
     RETURN cnt;
 END $$;
 
+-- The queues role `mover` may move messages into: those it may send to (SQS's move task needs
+-- SendMessage on the destination). NULL: every queue (an admin, the owner, a superuser).
+CREATE OR REPLACE FUNCTION queue_pg._movable_to(mover name) RETURNS integer[]
+LANGUAGE plpgsql STABLE AS $$  -- plpgsql: _denied_to comes later (60_access.sql)
+BEGIN
+    IF queue_pg._denied_to(mover, NULL, 'create') IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT q.id FROM queue_pg.queues q WHERE queue_pg._denied_to(mover, q.id, 'send') IS NULL);
+END $$;
+
+DROP FUNCTION IF EXISTS queue_pg._move_back(integer, integer, bigint, timestamptz, timestamptz);
+
 -- Moves up to `max` dead-lettered messages of queue dlq_id back, as if new (receive count
 -- reset, visible now): to target_id, or each to the queue it came from (those whose source was
--- dropped stay, unless target_id is given). Only messages visible at `cutoff`; rows another
+-- dropped stay, unless target_id is given). Only messages visible at `cutoff`, and only into
+-- queues `mover` may send to (_movable_to): the others stay where they are; rows another
 -- transaction holds are skipped. The one move of redrive and of the redrive tasks
 -- (sql/api/57_redrive.sql); the number moved.
 CREATE OR REPLACE FUNCTION queue_pg._move_back(dlq_id integer, target_id integer, max bigint,
-                                               cutoff timestamptz, at timestamptz) RETURNS bigint
+                                               cutoff timestamptz, at timestamptz, mover name)
+RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     cnt bigint;
@@ -179,11 +194,13 @@ DECLARE
     mids bigint[];
     mqids integer[];
     key bytea;
+    allowed integer[] := queue_pg._movable_to(mover);
 BEGIN
     WITH pick AS (
         SELECT m.id FROM queue_pg.messages m
         WHERE m.queue_id = dlq_id AND m.visible_at <= cutoff
           AND (m.source_queue_id IS NOT NULL OR target_id IS NOT NULL)
+          AND (allowed IS NULL OR coalesce(target_id, m.source_queue_id) = ANY (allowed))
         ORDER BY m.visible_at
         LIMIT max
         FOR UPDATE SKIP LOCKED
@@ -211,7 +228,8 @@ END $$;
 
 -- SQS StartMessageMoveTask, synchronous: dead-lettered messages go back to the queue each came
 -- from (or `to`), as if new: receive count reset, visible now. start_redrive (57_redrive.sql)
--- does it as a task, at a rate.
+-- does it as a task, at a rate. Needs manage on dlq and send on `to`; without `to`, messages
+-- whose source queue the caller may not send to stay in dlq.
 CREATE OR REPLACE FUNCTION queue_pg.redrive(dlq text, "to" text DEFAULT NULL, "limit" integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -220,11 +238,11 @@ DECLARE
     target queue_pg.queues;
     at timestamptz := queue_pg._now();
 BEGIN
-    IF "to" IS NOT NULL THEN
-        target := queue_pg._queue("to", 'manage');
+    IF "to" IS NOT NULL THEN  -- moving messages into a queue is sending to it
+        target := queue_pg._queue("to", 'send');
     END IF;
     IF "limit" IS NOT NULL THEN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');
     END IF;
-    RETURN queue_pg._move_back(d.id, target.id, "limit", at, at);
+    RETURN queue_pg._move_back(d.id, target.id, "limit", at, at, queue_pg._caller());
 END $$;

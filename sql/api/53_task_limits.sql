@@ -34,7 +34,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
 BEGIN
-    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR UPDATE;
+    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR NO KEY UPDATE;
     IF per_second IS NULL THEN
         DELETE FROM queue_pg.rate_limits b WHERE b.queue_id = q.id;
         UPDATE queue_pg.queues x SET options = x.options - 'rate_limit' WHERE x.id = q.id;
@@ -76,7 +76,7 @@ BEGIN
         RETURN false;
     END IF;
     q := queue_pg._queue(queue, 'manage');
-    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR UPDATE;  -- one set-up at a time
+    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR NO KEY UPDATE;  -- one set-up at a time
     SELECT * INTO t FROM queue_pg.queues x WHERE x.name = limit_task.target;
     IF t.id IS NULL THEN
         PERFORM queue_pg.create_queue(target, visibility_timeout => q.visibility_timeout,

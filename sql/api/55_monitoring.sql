@@ -66,11 +66,16 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
 -- one pass over the messages, no lock beyond a plain read). Samples older than 2 hours go.
 CREATE OR REPLACE FUNCTION queue_pg._sample(at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    live integer[];
 BEGIN
     IF EXISTS (SELECT 1 FROM queue_pg.queue_samples s
                WHERE s.at > _sample.at - interval '15 seconds' AND s.at <= _sample.at) THEN
         RETURN;
     END IF;
+    -- the queues' rows before their counters and samples (the lock order, see _queue_sequences):
+    -- a queue being dropped is skipped
+    live := ARRAY(SELECT q.id FROM queue_pg.queues q ORDER BY q.id FOR KEY SHARE SKIP LOCKED);
     INSERT INTO queue_pg.queue_samples AS s
     SELECT q.id, at, queue_pg._flow('sent', q.id), queue_pg._flow('received', q.id),
            queue_pg._flow('deleted', q.id),
@@ -91,11 +96,13 @@ BEGIN
         SELECT m.source_queue_id, count(*) AS n FROM queue_pg.messages m
         WHERE m.source_queue_id IS NOT NULL GROUP BY m.source_queue_id
     ) d ON d.source_queue_id = q.id
+    WHERE q.id = ANY (live)
     ON CONFLICT DO NOTHING;
     -- rows another sweep is deleting are skipped (its transaction may stay open): none waits
     DELETE FROM queue_pg.queue_samples s
     WHERE s.ctid = ANY (ARRAY(SELECT x.ctid FROM queue_pg.queue_samples x
-                              WHERE x.at < _sample.at - interval '2 hours' FOR UPDATE SKIP LOCKED));
+                              WHERE x.at < _sample.at - interval '2 hours' AND x.queue_id = ANY (live)
+                              FOR UPDATE SKIP LOCKED));
 END $$;
 
 -- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
@@ -110,15 +117,24 @@ RETURNS TABLE (
     sent_1h bigint, received_1h bigint, deleted_1h bigint, lease_expiries_1h bigint, stale_receipts_1h bigint,
     approximate boolean, sampled_at timestamptz
 )
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql VOLATILE AS $$  -- VOLATILE: it locks rows
 DECLARE
     t_at timestamptz := queue_pg._now();
     cap integer := queue_pg._exact_up_to();
+    live integer[];  -- NULL: every queue (a read-only transaction takes no row lock)
 BEGIN
+    -- each queue's row before its counters (FOR KEY SHARE SKIP LOCKED): a queue being dropped
+    -- is left out, so its counters are never read while or after they are dropped
+    IF current_setting('transaction_read_only') <> 'on' THEN
+        live := ARRAY(SELECT q.id FROM queue_pg.queues q
+                      WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
+                      ORDER BY q.id FOR KEY SHARE SKIP LOCKED);
+    END IF;
     RETURN QUERY
     WITH qs AS MATERIALIZED (
         SELECT q.id, q.name FROM queue_pg.queues q
         WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
+          AND (live IS NULL OR q.id = ANY (live))
     ), c AS MATERIALIZED (
         SELECT qs.id, qs.name,
                queue_pg._flow('sent', qs.id) AS sent, queue_pg._flow('received', qs.id) AS received,
@@ -183,12 +199,13 @@ CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_sta
 -- An older view read its counters through this; the view above reads them itself.
 DROP FUNCTION IF EXISTS queue_pg._counted(text, integer);
 
--- One queue's row of queue_stats. A queue the caller has no grant on is AccessDenied, not an
--- empty answer: the caller asked for that queue by name, and "no row" reads as a broken install.
-CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
+-- The queue row by name for a caller who asks to read its settings or figures: QueueNotFound,
+-- or AccessDenied when the caller has no grant on it (_sees). Asked for by name, "no row" would
+-- read as a broken install; the name alone is no secret (a send to it says the same).
+CREATE OR REPLACE FUNCTION queue_pg._queue_seen(name text) RETURNS queue_pg.queues
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    q queue_pg.queues := queue_pg._queue(queue);
+    q queue_pg.queues := queue_pg._queue(name);
 BEGIN
     IF NOT queue_pg._sees(q.id) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP011',
@@ -197,10 +214,18 @@ BEGIN
             HINT = format('a manager of the queue runs queue_pg.grant(%s, %s, ''send'' or ''receive'')',
                           quote_literal(left(q.name, 100)), quote_literal(queue_pg._caller()));
     END IF;
-    RETURN QUERY SELECT * FROM queue_pg._queue_stats(q.id);
+    RETURN q;
 END $$;
 
--- The messages now leased: no bodies.
+-- One queue's row of queue_stats (see _queue_seen).
+CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats((queue_pg._queue_seen(queue)).id);
+END $$;
+
+-- The messages now leased: no bodies. A message released with a backoff (a planned retry) is not
+-- leased any more: its receipt is spent, and it holds no slot of in_flight_limit.
 CREATE OR REPLACE FUNCTION queue_pg._in_flight_messages()
 RETURNS TABLE (queue text, id bigint, type text, receive_count integer, leased_at timestamptz,
                visible_until timestamptz, lease_expiries integer, enqueued_at timestamptz)
@@ -213,7 +238,7 @@ BEGIN
            m.visible_at, m.lease_expiries, m.enqueued_at
     FROM queue_pg.queues q
     JOIN queue_pg.messages m ON m.queue_id = q.id AND m.visible_at > at
-    WHERE queue_pg._sees(q.id) AND m.last_received_at IS NOT NULL
+    WHERE queue_pg._sees(q.id) AND m.last_received_at IS NOT NULL AND NOT m.released
       AND (m.expires_at IS NULL OR m.expires_at > at)
     ORDER BY q.name, m.visible_at;
 END $$;

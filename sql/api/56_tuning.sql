@@ -20,7 +20,7 @@ DECLARE
     q queue_pg.queues := queue_pg._queue(alter_tuning.queue, 'manage');
     c text;
 BEGIN
-    SELECT * INTO q FROM queue_pg.queues t WHERE t.id = q.id FOR UPDATE;  -- as it is now, held
+    SELECT * INTO q FROM queue_pg.queues t WHERE t.id = q.id FOR NO KEY UPDATE;  -- as it is now, held
     q.lease_policy := coalesce(alter_tuning.lease_policy, q.lease_policy);
     q.auto_tune := coalesce(alter_tuning.auto_tune, q.auto_tune);
     q.tune_min := coalesce(alter_tuning.tune_min, q.tune_min);
@@ -216,10 +216,13 @@ DECLARE
     s record;
 BEGIN
     FOR q IN
+        -- each queue's row before its counters (the lock order, see _queue_sequences): a queue
+        -- being dropped is skipped
         SELECT * FROM queue_pg.queues t
         WHERE (CASE WHEN only_id IS NULL THEN t.auto_tune ELSE t.id = only_id END)
           AND (NOT check_access OR queue_pg._denied(t.id, 'manage') IS NULL)
         ORDER BY t.name
+        FOR KEY SHARE SKIP LOCKED
     LOOP
         s := queue_pg._tune_step(q, at, apply);
         queue := q.name; old_timeout := s.old_timeout; new_timeout := s.new_timeout;
@@ -227,7 +230,7 @@ BEGIN
         changed := apply AND s.new_timeout <> s.old_timeout;
         IF changed THEN
             -- SKIP LOCKED: a queue being altered now is tuned next time, not waited for
-            PERFORM 1 FROM queue_pg.queues t WHERE t.id = q.id FOR UPDATE SKIP LOCKED;
+            PERFORM 1 FROM queue_pg.queues t WHERE t.id = q.id FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND THEN
                 UPDATE queue_pg.queues t SET visibility_timeout = s.new_timeout WHERE t.id = q.id;
                 INSERT INTO queue_pg.tuning_history (at, queue_id, queue, old_timeout, new_timeout, advice,
@@ -356,7 +359,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('target = %s is invalid: a queue cannot route to itself', quote_literal(t.name));
     END IF;
-    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR UPDATE;
+    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR NO KEY UPDATE;
     SELECT d.name INTO old FROM queue_pg.routes r JOIN queue_pg.queues d ON d.id = r.target_id
     WHERE r.queue_id = q.id AND r.type = add_route.type;
     IF old = t.name THEN
@@ -378,7 +381,7 @@ DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
     n integer;
 BEGIN
-    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR UPDATE;
+    PERFORM 1 FROM queue_pg.queues x WHERE x.id = q.id FOR NO KEY UPDATE;
     DELETE FROM queue_pg.routes r WHERE r.queue_id = q.id AND r.type = drop_route.type;
     GET DIAGNOSTICS n = ROW_COUNT;
     UPDATE queue_pg.queues x SET has_routes = EXISTS (SELECT 1 FROM queue_pg.routes r WHERE r.queue_id = q.id)

@@ -30,18 +30,32 @@ DECLARE
     cnt bigint := 0;
     state text := 'running';
     err text;
+    -- the task moves for the role that started it, whoever advances it (tasks from before
+    -- revision 0016 know no starter: for the caller)
+    mover name := CASE WHEN t.started_by IS NULL THEN queue_pg._caller()
+                       ELSE (SELECT a.rolname FROM pg_catalog.pg_roles a WHERE a.oid = t.started_by) END;
+    into_ids integer[];
 BEGIN
     BEGIN
         IF t.target_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM queue_pg.queues q WHERE q.id = t.target_id) THEN
             RAISE EXCEPTION USING ERRCODE = 'QP001',
                 MESSAGE = format('queue %s (to) does not exist any more', quote_literal(t.target));
         END IF;
-        IF allowed > 0 THEN
-            cnt := queue_pg._move_back(t.dlq_id, t.target_id, allowed, t.started_at, at);
+        IF mover IS NULL OR (t.target_id IS NOT NULL AND queue_pg._denied_to(mover, t.target_id, 'send') IS NOT NULL) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP011',
+                MESSAGE = format('permission denied: the role that started the task (%s) may not send to %s any more',
+                                 coalesce(quote_literal(mover), 'dropped'), coalesce(quote_literal(t.target), 'the source queues'));
         END IF;
+        IF allowed > 0 THEN
+            cnt := queue_pg._move_back(t.dlq_id, t.target_id, allowed, t.started_at, at, mover);
+        END IF;
+        -- done when nothing is left that it may move (messages of queues its starter may not
+        -- send to stay in the dead-letter queue)
+        into_ids := queue_pg._movable_to(mover);
         IF NOT EXISTS (SELECT 1 FROM queue_pg.messages m
                        WHERE m.queue_id = t.dlq_id AND m.visible_at <= t.started_at
-                         AND (m.source_queue_id IS NOT NULL OR t.target_id IS NOT NULL)) THEN
+                         AND (m.source_queue_id IS NOT NULL OR t.target_id IS NOT NULL)
+                         AND (into_ids IS NULL OR coalesce(t.target_id, m.source_queue_id) = ANY (into_ids))) THEN
             state := 'completed';
         END IF;
     EXCEPTION WHEN OTHERS THEN  -- what it moved in this step is undone with the sub-block
@@ -83,7 +97,8 @@ END $$;
 
 -- Starts moving the dead-lettered messages of `dlq` back to the queue each came from (or to
 -- `to`), at most `rate` a second (NULL: as fast as the steps go); the task's id. Needs manage on
--- dlq (and on `to`). One running task per queue (RedriveInProgress); a queue keeps its last 100
+-- dlq and send on `to`; the task moves only into queues the role that started it may send to,
+-- whoever advances it (messages of the others stay). One running task per queue (RedriveInProgress); a queue keeps its last 100
 -- tasks (older ended ones are deleted here). The first step runs here.
 CREATE OR REPLACE FUNCTION queue_pg.start_redrive(dlq text, "to" text DEFAULT NULL,
                                                   rate double precision DEFAULT NULL)
@@ -95,9 +110,10 @@ DECLARE
     at timestamptz := queue_pg._now();
     t queue_pg.redrive_tasks;
     running bigint;
+    into_ids integer[] := queue_pg._movable_to(queue_pg._caller());
 BEGIN
-    IF "to" IS NOT NULL THEN
-        target := queue_pg._queue("to", 'manage');
+    IF "to" IS NOT NULL THEN  -- moving messages into a queue is sending to it
+        target := queue_pg._queue("to", 'send');
         IF target.id = d.id THEN
             RAISE EXCEPTION USING ERRCODE = 'QP003',
                 MESSAGE = format('to = %s is invalid: allowed another queue than dlq, or NULL (each message''s source queue)',
@@ -110,11 +126,13 @@ BEGIN
     SELECT r.id INTO running FROM queue_pg.redrive_tasks r WHERE r.dlq_id = d.id AND r.status = 'running';
     BEGIN
         IF running IS NULL THEN
-            INSERT INTO queue_pg.redrive_tasks AS r (dlq_id, target_id, target, rate, to_move, started_at, updated_at)
-            SELECT d.id, target.id, target.name, rate, count(*), at, at
+            INSERT INTO queue_pg.redrive_tasks AS r (dlq_id, target_id, target, rate, to_move, started_at,
+                                                     updated_at, started_by)
+            SELECT d.id, target.id, target.name, rate, count(*), at, at, to_regrole(quote_ident(queue_pg._caller()))
             FROM queue_pg.messages m
             WHERE m.queue_id = d.id AND m.visible_at <= at
               AND (m.source_queue_id IS NOT NULL OR target.id IS NOT NULL)
+              AND (into_ids IS NULL OR coalesce(target.id, m.source_queue_id) = ANY (into_ids))
             RETURNING r.* INTO t;
         END IF;
     EXCEPTION WHEN unique_violation THEN  -- started concurrently
@@ -213,11 +231,11 @@ BEGIN
     RETURN coalesce(policy, jsonb_build_object('permission', 'allow_all'));
 END $$;
 
--- A queue's redrive allow policy, {"permission": ..., "sources": [...]}; anyone may read it, as
--- anyone may read a queue's settings (get_queue).
+-- A queue's redrive allow policy, {"permission": ..., "sources": [...]}; whoever may read the
+-- queue's settings (get_queue) may read it.
 CREATE OR REPLACE FUNCTION queue_pg.redrive_allow(queue text) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce((queue_pg._queue(queue)).options -> 'redrive_allow',
+    SELECT coalesce((queue_pg._queue_seen(queue)).options -> 'redrive_allow',
                     jsonb_build_object('permission', 'allow_all'))
 $$;
 

@@ -10,26 +10,25 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name
 $$;
 
--- Why the caller may not do `need` on a queue, or NULL when it may. The whole rule, in one place:
+-- Why role `who` may not do `need` on a queue, or NULL when it may. The whole rule, in one place:
 --   superusers, the owner (and roles with its privileges) and queue_pg_admin: everything;
 --   'create' (a queue): nobody else;
 --   'send' / 'receive' / 'manage': a grant of that privilege on the queue (queue_pg.grant) to
---   the caller or a role whose privileges it has, and for send membership of queue_pg_producer,
+--   the role or a role whose privileges it has, and for send membership of queue_pg_producer,
 --   for receive of queue_pg_consumer.
--- Cheap on purpose (it runs at the start of most calls): the superuser test reads a setting, the
--- others use the role caches (to_regrole, pg_has_role), not the pg_roles view.
-CREATE OR REPLACE FUNCTION queue_pg._denied(queue_id integer, need text) RETURNS text
+-- Cheap on purpose (it runs at the start of most calls): it uses the role caches (to_regrole,
+-- pg_has_role), not the pg_roles view. A role that no longer exists (NULL) may do nothing.
+CREATE OR REPLACE FUNCTION queue_pg._denied_to(who name, queue_id integer, need text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    caller name;
     grp text;
     why text;
 BEGIN
-    IF current_setting('is_superuser') = 'on' THEN
-        RETURN NULL;
+    IF who IS NULL THEN
+        RETURN 'the role no longer exists';
     END IF;
-    caller := queue_pg._caller();
-    IF queue_pg._is_owner() OR coalesce(pg_has_role(caller, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
+    -- a superuser has every role's privileges, the owner's included
+    IF pg_has_role(who, current_user, 'USAGE') OR coalesce(pg_has_role(who, to_regrole('queue_pg_admin'), 'USAGE'), false) THEN
         RETURN NULL;
     END IF;
     IF need = 'create' THEN
@@ -37,15 +36,23 @@ BEGIN
     END IF;
     grp := CASE need WHEN 'send' THEN 'queue_pg_producer' WHEN 'receive' THEN 'queue_pg_consumer' END;
     IF NOT EXISTS (SELECT 1 FROM queue_pg.grants g
-                   WHERE g.queue_id = _denied.queue_id AND g.privilege = need
-                     AND pg_has_role(caller, g.role, 'USAGE')) THEN
+                   WHERE g.queue_id = _denied_to.queue_id AND g.privilege = need
+                     AND pg_has_role(who, g.role, 'USAGE')) THEN
         why := format('no %s grant on the queue for the role or a role it belongs to', need);
     END IF;
-    IF grp IS NOT NULL AND NOT coalesce(pg_has_role(caller, to_regrole(grp), 'USAGE'), false) THEN
+    IF grp IS NOT NULL AND NOT coalesce(pg_has_role(who, to_regrole(grp), 'USAGE'), false) THEN
         why := concat_ws('; ', why, format('not a member of %s', grp));
     END IF;
     RETURN why;
 END $$;
+
+-- Why the caller may not do `need` on a queue, or NULL when it may (_denied_to). A session that
+-- is a superuser skips the look-up; inlined where it is called.
+CREATE OR REPLACE FUNCTION queue_pg._denied(queue_id integer, need text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN current_setting('is_superuser') = 'on' THEN NULL
+                ELSE queue_pg._denied_to(queue_pg._caller(), queue_id, need) END
+$$;
 
 -- AccessDenied (QP011) naming the role, the queue and the privilege it lacks, and why.
 CREATE OR REPLACE FUNCTION queue_pg._authorize(queue_id integer, queue text, need text) RETURNS void
