@@ -28,6 +28,7 @@ __all__ = [
     "LeaseLimitExceeded",
     "MessageNotFound",
     "MessageTooLarge",
+    "NoDeadLetterQueue",
     "OverLimit",
     "QueueAlreadyExists",
     "QueueError",
@@ -123,6 +124,13 @@ class AccessDenied(QueueError):
 class InvalidSchedule(InvalidParameter):
     """A periodic task's schedule SQL refuses (QP025): a malformed cron expression or one that
     never fires, an unknown time zone, a bad name or missed-ticks policy."""
+
+
+class NoDeadLetterQueue(InvalidParameter):
+    """dead_letter on a queue that has no dead_letter_queue (QP038): the caller must keep the
+    message some other way (a worker retries it later), never drop it."""
+
+
 class RedriveTaskNotFound(QueueError):
     """cancel_redrive of a task id that does not exist, or whose queue was dropped (QP035)."""
 
@@ -211,6 +219,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP030": GroupRequired,
     "QP035": RedriveTaskNotFound,
     "QP036": RedriveInProgress,
+    "QP038": NoDeadLetterQueue,
     "QP050": ConsumerNotFound,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character

@@ -139,6 +139,10 @@ class Task:
             raise ValueError(f"rate_limit = {rate_limit}: need > 0 starts per second")
         self.max_running = max_running
         self.rate_limit = rate_limit
+        #: The queues its messages may come from: its own and its max_running route's. A
+        #: message naming it in any other queue is rejected (a producer of that queue may not
+        #: start it).
+        self.runs_from = frozenset(self._queues())
         self._queue_made = False  # an enqueue found (or made) the declared queue
         self._limit_made = False  # an enqueue with a client set up max_running's route
         functools.update_wrapper(self, func)
@@ -151,6 +155,13 @@ class Task:
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
+
+    def _queues(self) -> list[str]:
+        if self.max_running is None:
+            return [self.queue]
+        from queue_pg.declare import limited_queue
+
+        return [self.queue, limited_queue(self)]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -437,8 +448,12 @@ class Registry:
                 self.client = Client()  # QUEUE_PG_DSN, else the embedded server
             return self.client
 
-    def resolve(self, body: Any) -> tuple[Task, list[Any], dict[str, Any]]:
-        """The task and arguments a message asks for; Reject when it cannot run, ever."""
+    def resolve(
+        self, body: Any, queue: str | None = None
+    ) -> tuple[Task, list[Any], dict[str, Any]]:
+        """The task and arguments a message of ``queue`` asks for; Reject when it cannot run,
+        ever: among them a task that ``queue`` is not one of (its producers may send to that
+        queue only, so they must not start a task declared for another)."""
         if not isinstance(body, dict) or not isinstance(body.get(TASK_KEY), str):
             raise Reject(f"not a task message: the body has no {TASK_KEY!r} name")
         name = body[TASK_KEY]
@@ -446,6 +461,9 @@ class Registry:
         if task is None:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise Reject(f"unknown task {name!r}: this worker knows {known}")
+        if queue is not None and queue not in task.runs_from:
+            raise Reject(f"task {name!r} runs from queue {task.queue!r} only, not from queue"
+                         f" {queue!r}: whoever sent it there may not start it")
         args = body.get(ARGS_KEY, [])
         kwargs = body.get(KWARGS_KEY, {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
