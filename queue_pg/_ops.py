@@ -423,6 +423,14 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
     )
 
 
+def redrive_message(dlq: str, id: int, to: str | None = None) -> Call[bool]:
+    return Call(
+        'select queue_pg.redrive_message(%(dlq)s, %(id)s::bigint, "to" => %(to)s::text) as result',
+        {"dlq": text(dlq, "dlq"), "id": integer(id, "id"), "to": text(to, "to")},
+        as_bool,
+    )
+
+
 def start_redrive(dlq: str, to: str | None = None, rate: float | None = None) -> Call[int]:
     """``rate``: messages a second, a number (not a duration)."""
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):

@@ -317,6 +317,13 @@ class AsyncClient(AsyncClientBase):
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
+    async def redrive_message(
+        self, dlq: str, id: int, *, to: str | None = None, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Move one dead-lettered message of ``dlq`` back (a failed job retried by hand); False
+        if ``dlq`` holds no such message now."""
+        return await self._run(_ops.redrive_message(dlq, id, to), conn)
+
     async def start_redrive(
         self,
         dlq: str,

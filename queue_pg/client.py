@@ -314,6 +314,13 @@ class Client(ClientBase):
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
+    def redrive_message(
+        self, dlq: str, id: int, *, to: str | None = None, conn: Connection | None = None
+    ) -> bool:
+        """Move one dead-lettered message of ``dlq`` back (a failed job retried by hand); False
+        if ``dlq`` holds no such message now."""
+        return self._run(_ops.redrive_message(dlq, id, to), conn)
+
     def start_redrive(
         self,
         dlq: str,

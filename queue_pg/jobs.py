@@ -32,6 +32,7 @@ __all__ = [
     "Job",
     "LeaseLost",
     "Reject",
+    "TaskTimeout",
     "current_job",
     "job_var",
 ]
@@ -66,6 +67,11 @@ class Reject(Exception):
     The worker raises it itself for an unknown task name, arguments that do not fit the task,
     and a body the client could not decode (:class:`queue_pg.UndecodableBody`).
     """
+
+
+class TaskTimeout(Exception):
+    """An attempt ran past its task's ``timeout``: a failure, retried as the task's ``retries``
+    say, whatever the function does after (its late result is ignored)."""
 
 
 #: The job the running handler works on (each handler thread or task has its own context).
@@ -157,6 +163,7 @@ class Job(BaseJob):
         self.started = monotonic()
         self.next_beat = 0.0
         self.deadline: float | None = None
+        self.timed_out = False  # settled as failed at its deadline: the handler's end is ignored
 
     def checkpoint(self, state: JSON) -> None:
         """Save ``state`` in the message, so a redelivery resumes from it; :attr:`state` reads

@@ -44,6 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
 
+#: Failed attempts a task retries unless told otherwise (with the worker's exponential backoff:
+#: about 1, 2 and 4 s), then its message goes to the dead-letter queue.
+DEFAULT_RETRIES = 3
+#: The queue of a task that names none (created by the first enqueue or worker that needs it).
+DEFAULT_QUEUE = "default"
+
 TASK_KEY = "task"
 ARGS_KEY = "args"
 KWARGS_KEY = "kwargs"
@@ -83,16 +89,22 @@ class Task:
     ``queue``.
 
     ``retries``: failed attempts retried before the message is rejected, i.e. dead-lettered
-    (None: until the queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt
-    may run before the job is cancelled (cooperatively in threads: ``job.cancelled``; for real
-    in asyncio). ``backoff``: overrides the worker's. ``bind``: the function takes the job
+    (default 3, after the backoff's 1, 2 and 4 s; None: until the queue's max_receive_count
+    dead-letters it); one log line a retry, the traceback once, with the last failure.
+    ``timeout``: seconds an attempt may run; one that runs longer has failed (a
+    :class:`queue_pg.jobs.TaskTimeout`, retried as its policy says) whatever it does after, its
+    late result ignored. asyncio cancels it; a thread cannot be stopped, so a function running
+    in one should look at ``job.cancelled`` (or call ``job.raise_if_cancelled()``) between
+    steps. ``backoff``: overrides the worker's. ``bind``: the function takes the job
     (checkpoint, state, cancellation) as its first argument. Calling the task runs the function
     here.
 
     ``schedule``: a cron expression (``tz``: its time zone) at whose ticks a worker of the queue
     enqueues the task with no arguments (:func:`queue_pg.periodic.periodic` for arguments, or
     several schedules). ``create`` or queue ``settings`` (``visibility_timeout=60``, ...): the
-    queue is created with them when a worker starts or the first enqueue finds it missing.
+    queue is created with them when a worker starts or the first enqueue finds it missing, with a
+    dead-letter queue ``<queue>-dlq`` unless the settings name one (``dead_letter_queue=None``:
+    none), so failed jobs are kept: ``queue-pg tasks failed`` lists them.
 
     Limits the database enforces across all workers, set up by the task's first enqueue (before
     its message is sent) and when a worker starts: ``max_running``: at most that many runs of
@@ -108,7 +120,7 @@ class Task:
         *,
         queue: str,
         name: str | None = None,
-        retries: int | None = None,
+        retries: int | None = DEFAULT_RETRIES,
         timeout: Seconds | None = None,
         backoff: Backoff | None = None,
         bind: bool = False,
@@ -132,7 +144,8 @@ class Task:
         self.registry = registry if registry is not None else _default_registry()
         self.signature = inspect.signature(func)
         self._fits = _quick_fit(self.signature, skip=1 if bind else 0)
-        self.queue_settings: dict[str, Any] | None = declared_settings(create, settings)
+        self.queue_settings: dict[str, Any] | None = with_dead_letter_queue(
+            queue, declared_settings(create, settings), retries)
         if max_running is not None and max_running < 1:
             raise ValueError(f"max_running = {max_running}: need >= 1")
         if rate_limit is not None and not rate_limit > 0:
@@ -343,6 +356,22 @@ def declared_settings(create: bool, settings: Mapping[str, Any] | None) -> dict[
     return dict(settings or {}) if create or settings else None
 
 
+def with_dead_letter_queue(
+    queue: str, settings: dict[str, Any] | None, retries: int | None
+) -> dict[str, Any] | None:
+    """Declared settings with a dead-letter queue ``<queue>-dlq`` unless they name one (None:
+    none); its ``max_receive_count`` leaves the task's retries room, catching only crash loops."""
+    if settings is None:
+        return None
+    if "dead_letter_queue" in settings:
+        if settings["dead_letter_queue"] is None:
+            settings = {k: v for k, v in settings.items()
+                        if k not in ("dead_letter_queue", "max_receive_count")}
+        return settings
+    return {**settings, "dead_letter_queue": f"{queue}-dlq",
+            "max_receive_count": settings.get("max_receive_count", max(10, (retries or 0) + 2))}
+
+
 class Registry:
     """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with.
 
@@ -494,7 +523,7 @@ def task(func: Callable[..., Any], /) -> Task: ...
 @overload
 def task(
     *,
-    queue: str = ...,
+    queue: str | None = ...,
     name: str | None = ...,
     retries: int | None = ...,
     timeout: Seconds | None = ...,
@@ -514,9 +543,9 @@ def task(
     func: Callable[..., Any] | None = None,
     /,
     *,
-    queue: str = "default",
+    queue: str | None = None,
     name: str | None = None,
-    retries: int | None = None,
+    retries: int | None = DEFAULT_RETRIES,
     timeout: Seconds | None = None,
     backoff: Backoff | None = None,
     bind: bool = False,
@@ -530,16 +559,19 @@ def task(
 ) -> Task | Callable[[Callable[..., Any]], Task]:
     """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task.
 
-    ``schedule="*/5 * * * *"`` (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
+    No ``queue``: the queue ``default``, created (with its dead-letter queue ``default-dlq``)
+    when missing. ``retries``: 3 unless told. ``schedule="*/5 * * * *"``
+    (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
     queue settings (``visibility_timeout=60``, ``dead_letter_queue="emails-dlq"``, ...) create
     its queue when a worker starts or the first enqueue finds it missing; ``max_running=2``,
     ``rate_limit=10``: limits the database enforces across workers.
     """
 
     def wrap(f: Callable[..., Any]) -> Task:
-        return Task(f, queue=queue, name=name, retries=retries, timeout=timeout,
-                    backoff=backoff, bind=bind, registry=registry, schedule=schedule, tz=tz,
-                    create=create, settings=settings, max_running=max_running,
+        return Task(f, queue=DEFAULT_QUEUE if queue is None else queue, name=name,
+                    retries=retries, timeout=timeout, backoff=backoff, bind=bind,
+                    registry=registry, schedule=schedule, tz=tz,
+                    create=create or queue is None, settings=settings, max_running=max_running,
                     rate_limit=rate_limit)
 
     return wrap(func) if func is not None else wrap

@@ -40,7 +40,16 @@ from queue_pg import joblog
 from queue_pg.acks import FLUSH_DELAY
 from queue_pg.backoff import Backoff
 from queue_pg.declare import ensure_queues
-from queue_pg.jobs import SHUTDOWN, TIMEOUT, Job, LeaseLost, Reject, current_job, job_var
+from queue_pg.jobs import (
+    SHUTDOWN,
+    TIMEOUT,
+    Job,
+    LeaseLost,
+    Reject,
+    TaskTimeout,
+    current_job,
+    job_var,
+)
 from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.pulse import REAP_INTERVAL
@@ -305,8 +314,29 @@ class Worker(WorkerBase["Client", SyncHandler]):
         joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
+            late = job.timed_out
+        if late:  # settled as failed at its deadline already
+            logger.warning("%s ended %.3gs after its timeout; its result is ignored (the"
+                           " attempt failed)", job.describe(),
+                           monotonic() - (job.deadline or job.started))
+            return
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
         self.stats.add(run_plan(self.client, plan))
+
+    def _time_out(self, job: Job) -> None:
+        """A job past its task's timeout: failed now (retried as the task says), whatever its
+        thread does after; the thread cannot be stopped, only told (``job.cancelled``)."""
+        with job.lock:
+            if not job.beating:  # its handler ended (and settles) first
+                return
+            job.beating = False
+            job.timed_out = True
+        job.cancel(TIMEOUT)
+        assert job.task is not None and job.task.timeout is not None
+        exc = TaskTimeout(f"{job.task.name} ran past its timeout of {job.task.timeout:g}s")
+        logger.warning("%s passed its timeout; failed, and cancelled (a thread cannot be"
+                       " stopped: it should check job.cancelled)", job.describe())
+        self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
 
     # --- heartbeat --------------------------------------------------------------------------------
 
@@ -334,10 +364,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 due = min(due, flush_at)
             for job in jobs:
                 if job.deadline is not None and now >= job.deadline and job.beating:
-                    job.cancel(TIMEOUT)
-                    with job.lock:
-                        job.beating = False  # the lease lapses unless the handler stops
-                    logger.warning("%s passed its timeout; cancelled", job.describe())
+                    self._time_out(job)
                 if not job.beating:
                     continue
                 if now >= job.next_beat:

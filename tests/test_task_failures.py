@@ -5,6 +5,7 @@ for. Both workers (threads and asyncio), a real server, real roles."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ from queue_pg.aio_worker import AsyncWorker
 from queue_pg.backoff import Backoff
 from queue_pg.tasks import Registry
 from queue_pg.worker import Worker
-from tests.test_access import PRODUCER, MakeRole, make_role  # noqa: F401
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 from tests.test_worker import wait_until
 
 LONG = "é" * 1500  # 3,000 bytes of UTF-8, 1,500 characters
@@ -176,3 +177,135 @@ def test_a_task_never_runs_from_a_queue_it_is_not_declared_for(
     assert m.attributes["dead_letter_reason"] == (
         "task 'wipe_tenant' runs from queue 'admin-jobs' only, not from queue 'emails':"
         " whoever sent it there may not start it")
+
+
+# --- retries by default, a dead-letter queue by default, failed jobs listed and retried -------
+
+
+def test_a_task_retries_3_times_by_default_logging_the_traceback_once(
+    client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "queue_pg.worker")
+    reg = Registry()
+    attempts: list[int] = []
+
+    @queue_pg.task(queue="r", name="always", create=True, registry=reg, bind=True)
+    def always(job: queue_pg.Job) -> None:
+        attempts.append(job.receive_count)
+        raise ValueError("still broken")
+
+    assert always.retries == 3
+    always.send(client=client)  # creates r, with its dead-letter queue r-dlq
+    assert client.get_queue("r").dead_letter_queue == "r-dlq"
+    run_worker("sync", clean, ["r"], reg, lambda c: bool(dead_letters(c, "r-dlq")))
+    assert attempts == [1, 2, 3, 4]
+    retries = [r for r in caplog.records if "retry in" in r.getMessage()]
+    assert len(retries) == 3 and all(r.exc_info is None for r in retries)
+    (last,) = [r for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert "failed 4 times (retries = 3), last: ValueError: still broken" in last.getMessage()
+    assert last.exc_info is not None
+
+
+def test_a_bare_task_creates_the_default_queue_with_a_dead_letter_queue(
+    client: queue_pg.Client,
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(registry=reg)
+    def bare() -> None: ...
+
+    bare.send(client=client)
+    assert client.get_queue("default").dead_letter_queue == "default-dlq"
+    assert client.stats("default").visible == 1
+
+
+def test_failed_jobs_are_listed_retried_and_purged_from_the_command_line(
+    client: queue_pg.Client, clean: str
+) -> None:
+    from click.testing import CliRunner
+
+    from queue_pg import cli
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli.main, ["--dsn", clean, *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    reg = Registry()
+
+    @queue_pg.task(queue="f", name="fails", retries=0, create=True, registry=reg)
+    def fails(n: int) -> None:
+        raise KeyError(f"[red]n{n}")
+
+    ids = [fails.send([n], client=client) for n in range(3)]
+    run_worker("sync", clean, ["f"], reg, lambda c: len(dead_letters(c, "f-dlq")) == 3)
+    listing = run("tasks", "failed")
+    assert all(str(i) in listing for i in ids) and "[red]n0" in listing and "KeyError" in listing
+    assert "retrying job" in run("tasks", "retry", str(ids[0]))
+    assert client.stats("f").visible == 1 and len(dead_letters(client, "f-dlq")) == 2
+    bad = CliRunner().invoke(cli.main, ["--dsn", clean, "tasks", "retry", str(ids[0])])
+    assert bad.exit_code == 1 and f"no failed job {ids[0]}" in bad.output
+    assert "retrying 2 failed jobs" in run("tasks", "retry", "--all", "--dlq", "f-dlq")
+    assert client.stats("f").visible == 3
+    (m,) = client.receive("f")
+    client.dead_letter("f", m.receipt, "by hand")  # type: ignore[arg-type]
+    assert "deleted 1 failed job " in run("tasks", "purge", "f-dlq", "--yes")
+    assert "no failed jobs" in run("tasks", "failed")
+
+
+def test_redrive_message_needs_manage_on_the_dead_letter_queue(
+    client: queue_pg.Client, make_role: MakeRole, sql: Any  # noqa: F811
+) -> None:
+    client.create_queue("x-dlq")
+    client.create_queue("x", dead_letter_queue="x-dlq", max_receive_count=3)
+    mid = client.send("x", 1)
+    (m,) = client.receive("x")
+    client.dead_letter("x", m.receipt, "no")  # type: ignore[arg-type]
+    stranger = make_role("stranger", CONSUMER)
+    client.grant("x", stranger.name, "receive")
+    with stranger.client() as c, pytest.raises(queue_pg.AccessDenied):
+        c.redrive_message("x-dlq", mid)
+    assert client.redrive_message("x-dlq", mid + 1000) is False
+    assert client.redrive_message("x-dlq", mid) is True
+    assert client.redrive_message("x-dlq", mid) is False
+    assert client.stats("x").visible == 1
+
+
+# --- a timeout is a failure -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_attempt_past_its_timeout_fails_whatever_it_does_after(
+    client: queue_pg.Client, clean: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "queue_pg.worker")
+    reg = Registry()
+    finished: list[int] = []
+
+    if kind == "sync":
+        @queue_pg.task(queue="slow", name="stubborn", retries=0, timeout=0.3, create=True,
+                       registry=reg, bind=True)
+        def stubborn(job: queue_pg.Job) -> str:
+            time.sleep(1.0)  # never looks at job.cancelled
+            finished.append(job.receive_count)
+            return "late"
+    else:
+        @queue_pg.task(queue="slow", name="stubborn", retries=0, timeout=0.3, create=True,
+                       registry=reg, bind=True)
+        async def stubborn(job: queue_pg.AsyncJob) -> str:  # type: ignore[misc]
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed: it returns
+                await asyncio.sleep(1.0)
+            finished.append(job.receive_count)
+            return "late"
+
+    mid = stubborn.send(client=client)
+    run_worker(kind, clean, ["slow"], reg,
+               lambda c: bool(dead_letters(c, "slow-dlq")) and bool(finished))
+    (m,) = dead_letters(client, "slow-dlq")
+    assert m.id == mid
+    assert "TaskTimeout: stubborn ran past its timeout of 0.3s" in m.attributes["dead_letter_reason"]
+    with psycopg.connect(clean) as c:
+        outcomes = c.execute("SELECT outcome FROM queue_pg.message_history").fetchall()
+    assert outcomes == [("dead_lettered",)]  # never recorded as succeeded
+    if kind == "sync":
+        wait_until("the late end logged", lambda: "its result is ignored" in caplog.text)

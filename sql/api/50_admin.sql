@@ -169,9 +169,10 @@ END $$;
 -- reset, visible now): to target_id, or each to the queue it came from (those whose source was
 -- dropped stay, unless target_id is given). Only messages visible at `cutoff`; rows another
 -- transaction holds are skipped. The one move of redrive and of the redrive tasks
--- (sql/api/57_redrive.sql); the number moved.
+-- (sql/api/57_redrive.sql), and of redrive_message (`ids`: only those); the number moved.
 CREATE OR REPLACE FUNCTION queue_pg._move_back(dlq_id integer, target_id integer, max bigint,
-                                               cutoff timestamptz, at timestamptz) RETURNS bigint
+                                               cutoff timestamptz, at timestamptz,
+                                               ids bigint[] DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     cnt bigint;
@@ -184,6 +185,7 @@ BEGIN
         SELECT m.id FROM queue_pg.messages m
         WHERE m.queue_id = dlq_id AND m.visible_at <= cutoff
           AND (m.source_queue_id IS NOT NULL OR target_id IS NOT NULL)
+          AND (ids IS NULL OR m.id = ANY (ids))
         ORDER BY m.visible_at
         LIMIT max
         FOR UPDATE SKIP LOCKED
@@ -227,4 +229,24 @@ BEGIN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');
     END IF;
     RETURN queue_pg._move_back(d.id, target.id, "limit", at, at);
+END $$;
+
+-- One dead-lettered message of dlq back, as redrive moves them (a failed job retried by hand):
+-- true if it moved; false if dlq holds no such message now (never was, moved on, or leased by
+-- a consumer of dlq at this moment).
+CREATE OR REPLACE FUNCTION queue_pg.redrive_message(dlq text, id bigint, "to" text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    d queue_pg.queues := queue_pg._queue(dlq, 'manage');
+    target queue_pg.queues;
+    at timestamptz := queue_pg._now();
+BEGIN
+    IF "to" IS NOT NULL THEN
+        target := queue_pg._queue("to", 'manage');
+    END IF;
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
+    END IF;
+    RETURN queue_pg._move_back(d.id, target.id, 1, at, at, ARRAY[id]) = 1;
 END $$;
