@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["libpq_dsn", "merge_conninfo", "safe_dsn"]
+__all__ = ["checked_dsn", "libpq_dsn", "merge_conninfo", "safe_dsn"]
 
 
 def libpq_dsn(dsn: str) -> str:
@@ -18,6 +18,23 @@ def libpq_dsn(dsn: str) -> str:
     accepts working: key=value strings, ``?host=/socket/dir``, multiple hosts, odd passwords.
     """
     return re.sub(r"^postgres(?:ql)?\+[A-Za-z0-9_]+://", "postgresql://", dsn.strip())
+
+
+def checked_dsn(dsn: str) -> str:
+    """``dsn`` as libpq takes it (SQLAlchemy-style URLs too); InvalidParameter in one line,
+    with the forms it may take, when libpq cannot parse it (no traceback of psycopg's)."""
+    from queue_pg.errors import InvalidParameter
+
+    conninfo = libpq_dsn(dsn)
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidParameter(
+            f"the DSN cannot be parsed: {str(exc).strip()}\nhint: give a URL"
+            " (postgresql://user:password@host:5432/dbname) or key=value pairs"
+            " (host=... port=... dbname=... user=...), with --dsn or QUEUE_PG_DSN"
+        ) from None
+    return conninfo
 
 
 def merge_conninfo(conninfo: str, kwargs: Mapping[str, Any] | None) -> str:

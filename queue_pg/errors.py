@@ -151,6 +151,13 @@ SERVER_HINT = (
     "check the DSN (--dsn or QUEUE_PG_DSN: host, port, user, password, database) and that the"
     " server runs (`queue-pg server start` for the embedded one)"
 )
+#: Shown with PostgreSQL's own permission errors: the connecting role lacks a group role.
+PRIVILEGE_HINT = (
+    "the connecting role is not in the group role for this: queue_pg_producer to send,"
+    " queue_pg_consumer to receive, queue_pg_admin for everything (an admin runs"
+    " `GRANT queue_pg_consumer TO <role>`), then `queue-pg grant QUEUE ROLE PRIVILEGE`;"
+    " see docs/access.md"
+)
 #: Shown with every SchemaMissing: the one command that fixes it.
 SCHEMA_HINT = "run `queue-pg migrate`, or Client.migrate()"
 
@@ -260,6 +267,8 @@ def translate(exc: psycopg.Error | None = None) -> AbstractContextManager[None]:
             raise door from exc
         raise exc
     message = exc.diag.message_primary or str(exc)
+    if exc.sqlstate == "42501":  # the server's bare "permission denied for schema queue_pg"
+        message += f"\nhint: {PRIVILEGE_HINT}"
     raise cls(message, sqlstate=exc.sqlstate, diag=exc.diag) from exc
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import (
@@ -27,6 +28,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, overload
 
 from queue_pg._sqla import join
@@ -195,8 +197,16 @@ class Task:
             self.signature.bind(*args, **kwargs)
 
     def envelope(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The message body; TypeError now (not in the worker, nor as the server's bare
+        "invalid input syntax for type json") for arguments that do not fit or are not JSON."""
         self.check_args(args, kwargs)
-        return {TASK_KEY: self.name, ARGS_KEY: list(args), KWARGS_KEY: dict(kwargs)}
+        body = {TASK_KEY: self.name, ARGS_KEY: list(args), KWARGS_KEY: dict(kwargs)}
+        try:
+            json.dumps(body, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(_not_json(self.name, args, kwargs) or f"task {self.name}: {exc}"
+                            ) from None
+        return body
 
     def send(
         self,
@@ -207,6 +217,7 @@ class Task:
         conn: psycopg.Connection[Any] | None = None,
         session: SessionLike | None = None,
         client: Client | None = None,
+        ttl: Seconds | None = None,
     ) -> int:
         """Enqueue one run; returns the message id. With ``conn`` (a psycopg connection) or
         ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
@@ -222,14 +233,15 @@ class Task:
 
             def send_on() -> int:
                 self._limited(on, None)
-                return _send_on(on, self.queue, body, delay, attributes)
+                return _send_on(on, self.queue, body, delay, attributes, ttl)
 
             return self._declaring(conn, send_on)
         c = client or self.registry.default_client()
 
         def send() -> int:
             self._limited(conn, c)
-            return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
+            return c.send(self.queue, body, delay=delay, ttl=ttl, attributes=attributes,
+                          conn=conn)
 
         return self._declaring(conn, send, c)
 
@@ -295,6 +307,39 @@ class Task:
         """Enqueue to run no sooner than ``delay`` seconds from now."""
         return self.send(args, kwargs, delay=delay, conn=conn, session=session)
 
+    def delay(self, *args: Any, **kwargs: Any) -> int:
+        """Celery's spelling of :meth:`enqueue`: every keyword goes to the function, so the
+        transaction is the framework's (Django's ``atomic()``, Flask's request) or, outside
+        one, the message's own."""
+        return self.send(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: Seconds | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
+        expires: Seconds | datetime | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        session: SessionLike | None = None,
+    ) -> int:
+        """Celery's :meth:`send` with its options: run no sooner than ``countdown`` seconds
+        from now or at ``eta`` (an aware datetime); never after ``expires`` (seconds or a
+        datetime: the message's time-to-live). ``queue``: only the task's own (a task runs
+        from the queues it is declared for, never another). Transactions as :meth:`send`."""
+        if queue is not None and queue not in self.runs_from:
+            raise ValueError(f"queue = {queue!r}: task {self.name} runs from queue"
+                             f" {self.queue!r} only")
+        if countdown is not None and eta is not None:
+            raise ValueError("give countdown or eta, not both")
+        delay = countdown if eta is None else max(0.0, _until(eta, "eta"))
+        ttl = _until(expires, "expires") if isinstance(expires, datetime) else expires
+        if ttl is not None and seconds(ttl) <= 0:
+            raise ValueError(f"expires = {expires!r}: already passed")
+        return self.send(args, kwargs, delay=delay, ttl=ttl, conn=conn, session=session)
+
     # --- running (called by the workers) ----------------------------------------------------------
 
     def run_sync(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -324,6 +369,29 @@ class Task:
             return self.func(*args, **kwargs)
 
 
+def _not_json(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """Which argument of a task's call is not JSON, and what to do, in one line."""
+    named = [(f"argument {i + 1}", v) for i, v in enumerate(args)]
+    named += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    for which, value in named:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            return (f"task {name}: {which} = {shown} is not JSON ({exc}); pass what JSON"
+                    " holds (str, int, finite float, bool, None, list, dict with str keys),"
+                    " e.g. an id or value.isoformat()")
+    return None
+
+
+def _until(at: datetime, name: str) -> float:
+    """Seconds from now to ``at``, an aware datetime (a naive one would mean any zone)."""
+    if at.tzinfo is None:
+        raise ValueError(f"{name} = {at!r}: give an aware datetime (with tzinfo)")
+    return (at - datetime.now(timezone.utc)).total_seconds()
+
+
 async def _await(result: Any) -> Any:
     return await result
 
@@ -334,6 +402,7 @@ def _send_on(
     body: Any,
     delay: Seconds | None,
     attributes: Mapping[str, Any],
+    ttl: Seconds | None = None,
 ) -> int:
     """Send on the caller's connection without a Client (none configured): the same statement
     Client.send runs there."""
@@ -342,7 +411,7 @@ def _send_on(
     from queue_pg.errors import translating
 
     with translating():
-        return execute(conn, _ops.send(queue, body, delay, None, attributes))
+        return execute(conn, _ops.send(queue, body, delay, ttl, attributes))
 
 
 def declared_settings(create: bool, settings: Mapping[str, Any] | None) -> dict[str, Any] | None:
