@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["checked_dsn", "libpq_dsn", "merge_conninfo", "safe_dsn"]
+__all__ = ["checked_dsn", "libpq_dsn", "merge_conninfo", "safe_dsn", "sqlalchemy_url"]
 
 
 def libpq_dsn(dsn: str) -> str:
@@ -52,3 +52,21 @@ def safe_dsn(dsn: str) -> str:
         return "<unparsable DSN>"
     params.pop("password", None)
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
+def sqlalchemy_url(dsn: str) -> Any:
+    """A libpq DSN (``app_dsn()``'s, the embedded server's: key=value with a socket folder) as
+    a SQLAlchemy URL on the psycopg 3 driver, for ``SQLALCHEMY_DATABASE_URI`` or
+    ``create_engine``: host and port go in the query, so a unix socket folder works too."""
+    from sqlalchemy.engine import URL
+
+    p = psycopg.conninfo.conninfo_to_dict(checked_dsn(dsn))
+    return URL.create(
+        "postgresql+psycopg", username=_opt(p.pop("user", None)),
+        password=_opt(p.pop("password", None)), database=_opt(p.pop("dbname", None)),
+        query={k: str(v) for k, v in p.items()},
+    )
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None else str(value)

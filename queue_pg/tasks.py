@@ -444,18 +444,23 @@ def with_dead_letter_queue(
 class Registry:
     """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with.
 
-    Two hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
+    Three hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
     enqueue given no ``conn``, ``session`` or ``client``, returns the connection to send on (Django:
-    its own, so ``transaction.atomic()`` covers the enqueue); the job contexts wrap every run of
-    every task, in the thread that runs it (Flask: an app context; Django: closing stale
-    connections, as its request cycle does); an ``async def`` task's in its event loop.
+    its own, so ``transaction.atomic()`` covers the enqueue; Flask: ``db.session``'s in a
+    request), or None: no transaction to join; ``client_for``, the client then (the app's);
+    the job contexts wrap every run of every task, in the thread that runs it (Flask: an app
+    context; Django: closing stale connections, as its request cycle does); an ``async def``
+    task's in its event loop.
     """
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
         self.schedules: dict[str, Periodic] = {}
         self.client: Client | None = None
-        self.connection: Callable[[], psycopg.Connection[Any]] | None = None
+        self.connection: Callable[[], psycopg.Connection[Any] | None] | None = None
+        #: A framework's client for an enqueue that joins no transaction (Flask: the app's),
+        #: None outside the framework: then ``client``, else one on $QUEUE_PG_DSN.
+        self.client_for: Callable[[], Client | None] | None = None
         self._job_contexts: dict[str, Callable[[], AbstractContextManager[Any]]] = {}
         self._async_job_contexts: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {}
         self._lock = threading.Lock()
@@ -539,6 +544,10 @@ class Registry:
     def default_client(self) -> Client:
         """The configured client, else a Client on ``$QUEUE_PG_DSN`` or the embedded server
         (made once)."""
+        if self.client_for is not None:
+            framework = self.client_for()
+            if framework is not None:
+                return framework
         with self._lock:
             if self.client is None:
                 from queue_pg.client import Client

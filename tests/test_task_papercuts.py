@@ -100,3 +100,23 @@ def test_delay_and_apply_async(client: queue_pg.Client) -> None:
             "SELECT id, extract(epoch FROM expires_at - enqueued_at) FROM queue_pg.messages"
             " WHERE id = ANY (%s)", [[c, d]]).fetchall())
     assert 590 < rows[c] < 610 and 20 < rows[d] <= 31
+
+
+def test_a_libpq_dsn_works_as_a_sqlalchemy_url(clean: str) -> None:
+    """The embedded server's DSN (key=value, a socket folder) for SQLALCHEMY_DATABASE_URI."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from queue_pg.dsn import sqlalchemy_url
+
+    url = sqlalchemy_url("host='/tmp/qp sock' port=5433 dbname=app user=me password='p w'")
+    again = make_url(url.render_as_string(hide_password=False))  # as a config string too
+    assert (again.drivername, again.database, again.username, again.password) == (
+        "postgresql+psycopg", "app", "me", "p w")
+    assert dict(again.query) == {"host": "/tmp/qp sock", "port": "5433"}
+    engine = create_engine(sqlalchemy_url(clean))
+    try:
+        with engine.connect() as c:
+            assert c.execute(text("SELECT 1")).scalar() == 1
+    finally:
+        engine.dispose()
