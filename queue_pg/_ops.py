@@ -423,6 +423,14 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
     )
 
 
+def cancel_message(queue: str, id: int) -> Call[bool]:
+    return Call(
+        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint) as result",
+        {"queue": text(queue, "queue"), "id": integer(id, "id")},
+        as_bool,
+    )
+
+
 def redrive_message(dlq: str, id: int, to: str | None = None) -> Call[bool]:
     return Call(
         'select queue_pg.redrive_message(%(dlq)s, %(id)s::bigint, "to" => %(to)s::text) as result',

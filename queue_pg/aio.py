@@ -317,6 +317,13 @@ class AsyncClient(AsyncClientBase):
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
+    async def cancel_message(
+        self, queue: str, id: int, *, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
+        return await self._run(_ops.cancel_message(queue, id), conn)
+
     async def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: AsyncConnection | None = None
     ) -> bool:

@@ -314,6 +314,13 @@ class Client(ClientBase):
         """Move dead-lettered messages back to their source queue (or ``to``); returns how many."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
+    def cancel_message(
+        self, queue: str, id: int, *, conn: Connection | None = None
+    ) -> bool:
+        """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
+        return self._run(_ops.cancel_message(queue, id), conn)
+
     def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: Connection | None = None
     ) -> bool:

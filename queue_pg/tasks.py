@@ -340,6 +340,12 @@ class Task:
             raise ValueError(f"expires = {expires!r}: already passed")
         return self.send(args, kwargs, delay=delay, ttl=ttl, conn=conn, session=session)
 
+    def revoke(self, message_id: int, *, client: Client | None = None) -> bool:
+        """Cancel a run that has not started (the id ``enqueue`` returned): True if it was
+        deleted; False if it is gone or running (it runs on). Needs ``manage`` on the queue."""
+        c = client or self.registry.default_client()
+        return any(c.cancel_message(q, message_id) for q in sorted(self.runs_from))
+
     # --- running (called by the workers) ----------------------------------------------------------
 
     def run_sync(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -309,3 +309,34 @@ def test_an_attempt_past_its_timeout_fails_whatever_it_does_after(
     assert outcomes == [("dead_lettered",)]  # never recorded as succeeded
     if kind == "sync":
         wait_until("the late end logged", lambda: "its result is ignored" in caplog.text)
+
+
+def test_a_job_not_started_is_revoked_a_running_one_runs_on(
+    client: queue_pg.Client, clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    from click.testing import CliRunner
+
+    from queue_pg import cli
+
+    reg = Registry()
+
+    @queue_pg.task(queue="rv", name="job", create=True, registry=reg)
+    def job(n: int) -> None: ...
+
+    running, waiting, later, by_sql = (job.send([n], client=client) for n in range(4))
+    (m,) = client.receive("rv")  # running: its lease is held
+    assert m.id == running
+    stranger = make_role("stranger", CONSUMER)
+    client.grant("rv", stranger.name, "receive")
+    with stranger.client() as c, pytest.raises(queue_pg.AccessDenied):
+        c.cancel_message("rv", waiting)
+    assert job.revoke(running, client=client) is False  # runs on
+    assert job.revoke(waiting, client=client) is True
+    assert job.revoke(waiting, client=client) is False  # gone
+    result = CliRunner().invoke(cli.main, ["--dsn", clean, "tasks", "revoke", "rv", str(later)])
+    assert result.exit_code == 0 and "revoked 1 job of rv" in result.output
+    with psycopg.connect(clean, autocommit=True) as c:
+        assert c.execute("SELECT queue_pg.cancel_message('rv', %s)", [by_sql]).fetchone() == (True,)
+        outcomes = c.execute("SELECT outcome FROM queue_pg.message_history").fetchall()
+    assert outcomes == [("purged",)] * 3
+    assert client.stats("rv").in_flight == 1 and client.stats("rv").visible == 0

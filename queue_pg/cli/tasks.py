@@ -1,7 +1,8 @@
 """``queue-pg tasks MODULES``: the tasks the modules register, as a worker would see them; and
 the failed jobs, kept in dead-letter queues: ``tasks failed``, ``tasks retry ID|--all``,
-``tasks purge DLQ``. The rules are SQL's (the view ``dead_letters``, ``redrive_message``,
-``redrive``, ``purge``); these commands only call them."""
+``tasks purge DLQ``; ``tasks revoke QUEUE ID`` cancels jobs not started. The rules are SQL's (the
+view ``dead_letters``, ``redrive_message``, ``redrive``, ``purge``, ``cancel_message``); these
+commands only call them."""
 
 from __future__ import annotations
 
@@ -109,6 +110,21 @@ def retry(state: State, ids: tuple[int, ...], every: bool, dlq: str | None) -> N
     if missing:
         raise click.ClickException(f"no failed job {', '.join(missing)} in a dead-letter queue"
                                    " you manage (see `queue-pg tasks failed`)")
+
+
+@tasks_command.command("revoke")
+@click.argument("queue")
+@click.argument("ids", nargs=-1, type=int, required=True)
+@pass_state
+def revoke(state: State, queue: str, ids: tuple[int, ...]) -> None:
+    """Cancel jobs of QUEUE that have not started (by message id): deleted unless a worker runs
+    them now (those run on)."""
+    left = [str(i) for i in ids if not state.client.cancel_message(queue, i)]
+    done = len(ids) - len(left)
+    out().print(f"revoked {done} job{'s' * (done != 1)} of {escape(queue)}")
+    if left:
+        raise click.ClickException(f"not revoked: {', '.join(left)} (running, or not in"
+                                   f" {queue})")
 
 
 @tasks_command.command("purge")

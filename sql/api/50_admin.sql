@@ -250,3 +250,38 @@ BEGIN
     END IF;
     RETURN queue_pg._move_back(d.id, target.id, 1, at, at, ARRAY[id]) = 1;
 END $$;
+
+-- Revokes a job that has not started: deletes message `id` of `queue` unless a consumer holds
+-- its lease now (a released retry waiting out its backoff has not started). True if deleted;
+-- false if the queue holds no such message, or it runs: a lease is never taken away. Its history
+-- row says 'purged', a purge of one.
+CREATE OR REPLACE FUNCTION queue_pg.cancel_message(queue text, id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    at timestamptz := queue_pg._now();
+    gone queue_pg.messages;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
+    END IF;
+    IF q.fifo THEN  -- the group's row first, as a send locks it (the delete trigger moves it on)
+        PERFORM 1 FROM queue_pg.fifo_groups f
+        WHERE f.queue_id = q.id
+          AND f.group_id = (SELECT m.group_id FROM queue_pg.messages m
+                            WHERE m.id = cancel_message.id AND m.queue_id = q.id)
+        FOR UPDATE;
+    END IF;
+    DELETE FROM queue_pg.messages t
+    WHERE t.id = cancel_message.id AND t.queue_id = q.id
+      AND NOT (t.visible_at > at AND t.last_received_at IS NOT NULL AND NOT t.released)
+    RETURNING t.* INTO gone;
+    IF gone.id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF q.history THEN
+        INSERT INTO queue_pg.message_history
+        SELECT (queue_pg._history_row(q, gone, 'purged', at)).*;
+    END IF;
+    RETURN true;
+END $$;
