@@ -95,11 +95,10 @@ class Task:
     dead-letters it); one log line a retry, the traceback once, with the last failure.
     ``timeout``: seconds an attempt may run; one that runs longer has failed (a
     :class:`queue_pg.jobs.TaskTimeout`, retried as its policy says) whatever it does after, its
-    late result ignored. asyncio cancels it; a thread cannot be stopped, so a function running
-    in one should look at ``job.cancelled`` (or call ``job.raise_if_cancelled()``) between
-    steps. ``backoff``: overrides the worker's. ``bind``: the function takes the job
-    (checkpoint, state, cancellation) as its first argument. Calling the task runs the function
-    here.
+    late result ignored. asyncio cancels it; in a :class:`queue_pg.Worker` thread TaskTimeout
+    is raised inside it at its next Python instruction (not while it waits in a C call).
+    ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
+    state, cancellation) as its first argument. Calling the task runs the function here.
 
     ``schedule``: a cron expression (``tz``: its time zone) at whose ticks a worker of the queue
     enqueues the task with no arguments (:func:`queue_pg.periodic.periodic` for arguments, or

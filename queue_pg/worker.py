@@ -24,6 +24,7 @@ What to do and when is shared with :class:`queue_pg.AsyncWorker` (:mod:`queue_pg
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import logging
 import os
@@ -302,10 +303,16 @@ class Worker(WorkerBase["Client", SyncHandler]):
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
-                if task.timeout is not None:
+                if task.timeout is None:
+                    task.run_sync(job, args, kwargs)
+                else:
                     job.deadline = job.started + task.timeout
+                    job.thread = threading.get_ident()
                     self._beat_wake.set()
-                task.run_sync(job, args, kwargs)
+                    try:
+                        task.run_sync(job, args, kwargs)
+                    finally:  # a soft limit raised up to here lands in `except` below
+                        _disarm(job)
             else:
                 assert self._handler is not None
                 self._handler(job)
@@ -334,8 +341,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
         job.cancel(TIMEOUT)
         assert job.task is not None and job.task.timeout is not None
         exc = TaskTimeout(f"{job.task.name} ran past its timeout of {job.task.timeout:g}s")
-        logger.warning("%s passed its timeout; failed, and cancelled (a thread cannot be"
-                       " stopped: it should check job.cancelled)", job.describe())
+        with job.soft_lock:  # the soft limit: TaskTimeout raised inside the task
+            if job.thread is not None:
+                _async_raise(job.thread, TaskTimeout)
+        logger.warning("%s passed its timeout; failed, and TaskTimeout raised inside it (at"
+                       " its next Python instruction)", job.describe())
         self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
 
     # --- heartbeat --------------------------------------------------------------------------------
@@ -419,3 +429,17 @@ class Worker(WorkerBase["Client", SyncHandler]):
             logger.warning("%d job(s) still running after the grace period (%s);"
                            " their leases bring the messages back",
                            len(left), ", ".join(j.describe() for j in left))
+
+
+def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in ``thread`` at its next Python instruction (None: clear one pending)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread), ctypes.py_object(exc) if exc is not None else None)
+
+
+def _disarm(job: Job) -> None:
+    """In the handler's thread once the task returned or raised: no soft limit from now on, and
+    one raised but not yet delivered is dropped (the attempt was failed all the same)."""
+    with job.soft_lock:
+        job.thread = None
+        _async_raise(threading.get_ident(), None)

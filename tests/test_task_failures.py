@@ -18,6 +18,7 @@ import pytest
 import queue_pg
 from queue_pg.aio_worker import AsyncWorker
 from queue_pg.backoff import Backoff
+from queue_pg.jobs import TaskTimeout
 from queue_pg.tasks import Registry
 from queue_pg.worker import Worker
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
@@ -35,7 +36,7 @@ def run_worker(kind: str, dsn: str, queues: list[str], reg: Registry,
     with queue_pg.Client(dsn, sweep_interval=None) as check:
         if kind == "sync":
             with queue_pg.Client(dsn, sweep_interval=None) as c:
-                worker = Worker(c, queues, reg, concurrency=2, **options)
+                worker = Worker(c, queues, reg, **{"concurrency": 2, **options})
                 t = threading.Thread(target=worker.run, daemon=True)
                 t.start()
                 try:
@@ -47,7 +48,7 @@ def run_worker(kind: str, dsn: str, queues: list[str], reg: Registry,
 
         async def main() -> None:
             async with queue_pg.AsyncClient(dsn, sweep_interval=None) as c:
-                worker = AsyncWorker(c, queues, reg, concurrency=2, **options)
+                worker = AsyncWorker(c, queues, reg, **{"concurrency": 2, **options})
                 run = asyncio.create_task(worker.run())
                 try:
                     deadline = time.monotonic() + 30
@@ -286,7 +287,8 @@ def test_an_attempt_past_its_timeout_fails_whatever_it_does_after(
         @queue_pg.task(queue="slow", name="stubborn", retries=0, timeout=0.3, create=True,
                        registry=reg, bind=True)
         def stubborn(job: queue_pg.Job) -> str:
-            time.sleep(1.0)  # never looks at job.cancelled
+            with contextlib.suppress(TaskTimeout):  # swallows the soft limit and returns
+                time.sleep(1.0)
             finished.append(job.receive_count)
             return "late"
     else:
@@ -340,3 +342,35 @@ def test_a_job_not_started_is_revoked_a_running_one_runs_on(
         outcomes = c.execute("SELECT outcome FROM queue_pg.message_history").fetchall()
     assert outcomes == [("purged",)] * 3
     assert client.stats("rv").in_flight == 1 and client.stats("rv").visible == 0
+
+
+def test_the_soft_limit_raises_inside_a_thread_and_frees_its_slot(
+    client: queue_pg.Client, clean: str
+) -> None:
+    """A pure-Python loop that never looks at job.cancelled is stopped at its timeout by a
+    TaskTimeout raised inside it; the worker's only slot then runs the next job."""
+    reg = Registry()
+    seen: list[str] = []
+
+    @queue_pg.task(queue="spin", name="spin", retries=0, timeout=0.3, create=True,
+                   registry=reg)
+    def spin() -> None:
+        n = 0
+        try:
+            while True:
+                n += 1
+        except TaskTimeout as exc:
+            seen.append(f"stopped: {exc}")
+            raise
+
+    @queue_pg.task(queue="spin", name="after", create=True, registry=reg)
+    def after() -> None:
+        seen.append("after")
+
+    spin.send(client=client)
+    after.send(client=client)
+    run_worker("sync", clean, ["spin"], reg, lambda c: "after" in seen
+               and bool(dead_letters(c, "spin-dlq")), concurrency=1)
+    assert seen == ["stopped: the task ran past its timeout", "after"]
+    (m,) = dead_letters(client, "spin-dlq")
+    assert "TaskTimeout: spin ran past its timeout of 0.3s" in m.attributes["dead_letter_reason"]
