@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -30,6 +31,7 @@ class QueuePGConfig(AppConfig):
 
 
 _client: list[Any] = []
+_client_lock = threading.Lock()
 
 
 def _own_client() -> Any:
@@ -37,9 +39,10 @@ def _own_client() -> Any:
     from queue_pg.client import Client
     from queue_pg.contrib.django import dsn
 
-    if not _client:
-        _client.append(Client(dsn()))
-    return _client[0]
+    with _client_lock:
+        if not _client:
+            _client.append(Client(dsn()))
+        return _client[0]
 
 
 @contextmanager
