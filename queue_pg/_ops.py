@@ -445,6 +445,22 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
     )
 
 
+def cancel_message(queue: str, id: int) -> Call[bool]:
+    return Call(
+        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint) as result",
+        {"queue": text(queue, "queue"), "id": integer(id, "id")},
+        as_bool,
+    )
+
+
+def redrive_message(dlq: str, id: int, to: str | None = None) -> Call[bool]:
+    return Call(
+        'select queue_pg.redrive_message(%(dlq)s, %(id)s::bigint, "to" => %(to)s::text) as result',
+        {"dlq": text(dlq, "dlq"), "id": integer(id, "id"), "to": text(to, "to")},
+        as_bool,
+    )
+
+
 def start_redrive(dlq: str, to: str | None = None, rate: float | None = None) -> Call[int]:
     """``rate``: messages a second, a number (not a duration)."""
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):

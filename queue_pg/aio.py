@@ -339,6 +339,20 @@ class AsyncClient(AsyncClientBase):
         ``send``); returns how many. Messages whose source the caller may not send to stay."""
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
+    async def cancel_message(
+        self, queue: str, id: int, *, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
+        return await self._run(_ops.cancel_message(queue, id), conn)
+
+    async def redrive_message(
+        self, dlq: str, id: int, *, to: str | None = None, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Move one dead-lettered message of ``dlq`` back (a failed job retried by hand); False
+        if ``dlq`` holds no such message now."""
+        return await self._run(_ops.redrive_message(dlq, id, to), conn)
+
     async def start_redrive(
         self,
         dlq: str,

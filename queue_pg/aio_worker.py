@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from queue_pg import _ops, joblog
 from queue_pg.declare import ensure_queues
-from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, job_var
+from queue_pg.jobs import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, TaskTimeout, job_var
 from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.pulse import REAP_INTERVAL
@@ -209,13 +209,22 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
-                await asyncio.wait_for(task.run_async(job, args, kwargs), task.timeout)
+                started = monotonic()
+                cause: Exception | None = None
+                try:
+                    await asyncio.wait_for(task.run_async(job, args, kwargs), task.timeout)
+                except Exception as e:
+                    cause = e
+                # past its timeout, whatever it raised or returned: the attempt failed
+                if task.timeout is not None and monotonic() - started >= task.timeout:
+                    job.cancel(TIMEOUT)
+                    raise TaskTimeout(f"{task.name} ran past its timeout of"
+                                      f" {task.timeout:g}s") from cause
+                if cause is not None:
+                    raise cause
             else:
                 assert self._handler is not None
                 await self._handler(job)
-        except asyncio.TimeoutError as e:
-            job.cancel(TIMEOUT)
-            exc = e
         except asyncio.CancelledError as e:  # cancelled by the end of the grace period
             job.cancel(SHUTDOWN)
             exc = LeaseLost(f"message {job.id}: {SHUTDOWN}")

@@ -336,6 +336,20 @@ class Client(ClientBase):
         ``send``); returns how many. Messages whose source the caller may not send to stay."""
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
+    def cancel_message(
+        self, queue: str, id: int, *, conn: Connection | None = None
+    ) -> bool:
+        """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
+        return self._run(_ops.cancel_message(queue, id), conn)
+
+    def redrive_message(
+        self, dlq: str, id: int, *, to: str | None = None, conn: Connection | None = None
+    ) -> bool:
+        """Move one dead-lettered message of ``dlq`` back (a failed job retried by hand); False
+        if ``dlq`` holds no such message now."""
+        return self._run(_ops.redrive_message(dlq, id, to), conn)
+
     def start_redrive(
         self,
         dlq: str,

@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool
 
 from queue_pg import _ops, _sqla, decode, outage
 from queue_pg._ops import Call
-from queue_pg.dsn import merge_conninfo, pooler_of, safe_dsn
-from queue_pg.errors import InvalidParameter, translate, translating
+from queue_pg.dsn import checked_dsn, merge_conninfo, pooler_of, safe_dsn
+from queue_pg.errors import InvalidParameter, QueueError, translate, translating
 from queue_pg.longpoll import RECHECK_INTERVAL, LongPoll
 from queue_pg.types import (
     Message,
@@ -196,6 +196,7 @@ class ClientBase:
                     dsn, self._pooler = pooler_of(self._pooler_given, resolved)
                     assert dsn is not None
                     self._dsn = dsn
+                dsn = checked_dsn(dsn)
                 # One direct connection first: a wrong DSN fails now with libpq's own message,
                 # instead of a pool retrying in the background until a PoolTimeout says nothing.
                 with translating():
@@ -487,5 +488,17 @@ class ClientBase:
                     n = execute(conn, _ops.sweep())
             if n:
                 logger.debug("queue_pg: sweep removed %d expired messages", n)
-        except Exception:
-            logger.warning("queue_pg: periodic sweep failed", exc_info=True)
+        except Exception as exc:
+            why = _ours(exc)  # ours: one line says it all; anything else with its traceback
+            logger.warning("queue_pg: periodic sweep failed: %s", why,
+                           exc_info=None if isinstance(why, QueueError) else why)
+
+
+def _ours(exc: BaseException) -> BaseException:
+    """A psycopg error as its queue_pg class (with its hint) when it has one, else itself."""
+    if isinstance(exc, psycopg.Error):
+        try:
+            translate(exc)
+        except Exception as mapped:
+            return mapped
+    return exc

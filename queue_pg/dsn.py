@@ -9,7 +9,10 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["POOLERS", "libpq_dsn", "merge_conninfo", "pooler_of", "safe_dsn", "split_option"]
+__all__ = [
+    "POOLERS", "checked_dsn", "libpq_dsn", "merge_conninfo", "pooler_of", "safe_dsn",
+    "split_option", "sqlalchemy_url",
+]
 
 #: What may sit between the client and PostgreSQL: nothing ("none"), a pooler that gives each
 #: client a server session for as long as it is connected ("session"), or one that lends a
@@ -25,6 +28,23 @@ def libpq_dsn(dsn: str) -> str:
     accepts working: key=value strings, ``?host=/socket/dir``, multiple hosts, odd passwords.
     """
     return re.sub(r"^postgres(?:ql)?\+[A-Za-z0-9_]+://", "postgresql://", dsn.strip())
+
+
+def checked_dsn(dsn: str) -> str:
+    """``dsn`` as libpq takes it (SQLAlchemy-style URLs too); InvalidParameter in one line,
+    with the forms it may take, when libpq cannot parse it (no traceback of psycopg's)."""
+    from queue_pg.errors import InvalidParameter
+
+    conninfo = libpq_dsn(dsn)
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidParameter(
+            f"the DSN cannot be parsed: {str(exc).strip()}\nhint: give a URL"
+            " (postgresql://user:password@host:5432/dbname) or key=value pairs"
+            " (host=... port=... dbname=... user=...), with --dsn or QUEUE_PG_DSN"
+        ) from None
+    return conninfo
 
 
 def merge_conninfo(conninfo: str, kwargs: Mapping[str, Any] | None) -> str:
@@ -74,3 +94,21 @@ def pooler_of(given: str | None, dsn: str | None) -> tuple[str | None, str]:
     if value not in POOLERS:
         raise InvalidParameter(f"pooler = {value!r}: allowed {', '.join(POOLERS)}")
     return dsn, value
+
+
+def sqlalchemy_url(dsn: str) -> Any:
+    """A libpq DSN (``app_dsn()``'s, the embedded server's: key=value with a socket folder) as
+    a SQLAlchemy URL on the psycopg 3 driver, for ``SQLALCHEMY_DATABASE_URI`` or
+    ``create_engine``: host and port go in the query, so a unix socket folder works too."""
+    from sqlalchemy.engine import URL
+
+    p = psycopg.conninfo.conninfo_to_dict(checked_dsn(dsn))
+    return URL.create(
+        "postgresql+psycopg", username=_opt(p.pop("user", None)),
+        password=_opt(p.pop("password", None)), database=_opt(p.pop("dbname", None)),
+        query={k: str(v) for k, v in p.items()},
+    )
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None else str(value)

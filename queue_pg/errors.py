@@ -28,6 +28,7 @@ __all__ = [
     "LeaseLimitExceeded",
     "MessageNotFound",
     "MessageTooLarge",
+    "NoDeadLetterQueue",
     "OverLimit",
     "QueueAlreadyExists",
     "QueueError",
@@ -123,6 +124,13 @@ class AccessDenied(QueueError):
 class InvalidSchedule(InvalidParameter):
     """A periodic task's schedule SQL refuses (QP025): a malformed cron expression or one that
     never fires, an unknown time zone, a bad name or missed-ticks policy."""
+
+
+class NoDeadLetterQueue(InvalidParameter):
+    """dead_letter on a queue that has no dead_letter_queue (QP038): the caller must keep the
+    message some other way (a worker retries it later), never drop it."""
+
+
 class RedriveTaskNotFound(QueueError):
     """cancel_redrive of a task id that does not exist, or whose queue was dropped (QP035)."""
 
@@ -142,6 +150,13 @@ class ConsumerNotFound(QueueError):
 SERVER_HINT = (
     "check the DSN (--dsn or QUEUE_PG_DSN: host, port, user, password, database) and that the"
     " server runs (`queue-pg server start` for the embedded one)"
+)
+#: Shown with PostgreSQL's own permission errors: the connecting role lacks a group role.
+PRIVILEGE_HINT = (
+    "the connecting role is not in the group role for this: queue_pg_producer to send,"
+    " queue_pg_consumer to receive, queue_pg_admin for everything (an admin runs"
+    " `GRANT queue_pg_consumer TO <role>`), then `queue-pg grant QUEUE ROLE PRIVILEGE`;"
+    " see docs/access.md"
 )
 #: Shown with every SchemaMissing: the one command that fixes it.
 SCHEMA_HINT = "run `queue-pg migrate`, or Client.migrate()"
@@ -219,6 +234,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP030": GroupRequired,
     "QP035": RedriveTaskNotFound,
     "QP036": RedriveInProgress,
+    "QP038": NoDeadLetterQueue,
     "QP050": ConsumerNotFound,
     "42501": AccessDenied,  # insufficient_privilege: no EXECUTE on the function, no schema USAGE
     "22P05": InvalidParameter,  # untranslatable_character
@@ -259,6 +275,8 @@ def translate(exc: psycopg.Error | None = None) -> AbstractContextManager[None]:
             raise door from exc
         raise exc
     message = exc.diag.message_primary or str(exc)
+    if exc.sqlstate == "42501":  # the server's bare "permission denied for schema queue_pg"
+        message += f"\nhint: {PRIVILEGE_HINT}"
     raise cls(message, sqlstate=exc.sqlstate, diag=exc.diag) from exc
 
 

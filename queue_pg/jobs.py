@@ -32,6 +32,7 @@ __all__ = [
     "Job",
     "LeaseLost",
     "Reject",
+    "TaskTimeout",
     "current_job",
     "job_var",
 ]
@@ -66,6 +67,18 @@ class Reject(Exception):
     The worker raises it itself for an unknown task name, arguments that do not fit the task,
     and a body the client could not decode (:class:`queue_pg.UndecodableBody`).
     """
+
+
+class TaskTimeout(Exception):
+    """An attempt ran past its task's ``timeout``: a failure, retried as the task's ``retries``
+    say, whatever the function does after (its late result is ignored).
+
+    Also raised inside a task running in a :class:`queue_pg.Worker` thread at its timeout (like
+    Celery's soft time limit): at its next Python instruction, not while it waits in a C call
+    (a socket read, ``time.sleep``). A task may catch it to clean up."""
+
+    def __init__(self, message: str = "the task ran past its timeout") -> None:
+        super().__init__(message)
 
 
 #: The job the running handler works on (each handler thread or task has its own context).
@@ -157,6 +170,9 @@ class Job(BaseJob):
         self.started = monotonic()
         self.next_beat = 0.0
         self.deadline: float | None = None
+        self.timed_out = False  # settled as failed at its deadline: the handler's end is ignored
+        self.thread: int | None = None  # the handler's thread while a soft limit may hit it
+        self.soft_lock = threading.Lock()  # orders the soft limit's raise and its disarming
 
     def checkpoint(self, state: JSON) -> None:
         """Save ``state`` in the message, so a redelivery resumes from it; :attr:`state` reads

@@ -21,6 +21,7 @@ from queue_pg.errors import (
     InvalidParameter,
     LeaseLimitExceeded,
     MessageNotFound,
+    NoDeadLetterQueue,
     StaleReceipt,
 )
 from queue_pg.jobs import ERROR_KEY, LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
@@ -78,10 +79,11 @@ def decide(job: BaseJob, exc: BaseException | None) -> tuple[Action, str]:
 def error_attributes(job: BaseJob, exc: BaseException) -> dict[str, JSON]:
     """The record of a failed attempt, merged into the message's attributes (raw messages and
     task envelopes alike; the body stays the sender's) so a dead-lettered message shows why."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).replace(
+        "\x00", "\\x00")
     error: dict[str, JSON] = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": str(exc)[:1000],
+        "message": _text(exc)[:1000],
         "traceback": tb[-MAX_TRACEBACK:],
         "attempt": job.receive_count,
         "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
@@ -116,20 +118,14 @@ def settle(
             return "released"
         assert exc is not None
         delay = backoff.delay(job.receive_count)
-        if action is Action.RETRY:
+        if action is Action.RETRY:  # one line a retry; the traceback once, at the end
             logger.warning("%s failed: %s: %s; retry in %.3gs", job.describe(),
-                           type(exc).__name__, exc, delay, exc_info=exc)
-        yield ClientCall("update", (q, r), {"attributes": error_attributes(job, exc),
-                                            "visibility_timeout": None})
+                           type(exc).__name__, _text(exc), delay,
+                           exc_info=exc if _end_unknown(job) else None)
+        yield from _record(job, exc)
         if action is Action.REJECT:
-            yield from _reject(job, exc, reason)
-            return "rejected"
-        try:  # a planned retry (release=True): not counted as a lease expiry
-            yield ClientCall("change_visibility", (q, r, delay), {"release": True})
-        except LeaseLimitExceeded:  # past max_lease: no backoff, but still recorded and retried
-            logger.warning("backoff of %.3gs for message %s passes max_lease;"
-                           " retrying it at once", delay, job.id)
-            yield ClientCall("change_visibility", (q, r, 0), {"release": True})
+            return (yield from _reject(job, exc, reason, delay))
+        yield from _later(job, delay)
         return "retried"
     except (StaleReceipt, MessageNotFound) as e:
         logger.warning("%s: lease lost before it was settled (%s); it runs again"
@@ -140,24 +136,78 @@ def settle(
         return ""
 
 
-def _reject(job: BaseJob, exc: BaseException, reason: str) -> Plan[None]:
-    """Dead-letter now; without a dead-letter queue: delete, and log the message in full (the
-    only place left to find it)."""
+def _text(exc: BaseException) -> str:
+    """An exception's text for a log line or a reason: no NUL (PostgreSQL text refuses it)."""
+    return str(exc).replace("\x00", "\\x00")
+
+
+def _end_unknown(job: BaseJob) -> bool:
+    """A failure whose last attempt nobody can tell (no ``retries``: the queue's
+    max_receive_count decides, in SQL): its first failure logs the traceback."""
+    return (job.task is None or job.task.retries is None) and job.receive_count == 1
+
+
+def _record(job: BaseJob, exc: BaseException) -> Plan[None]:
+    """The failure's record into the message's attributes; one the queue's max_message_size
+    refuses is tried again without the traceback, and then skipped: a record is never a reason
+    to leave a failed message unsettled."""
+    attributes = error_attributes(job, exc)
+    for attempt in range(2):
+        try:
+            yield ClientCall("update", (job.queue, job.receipt),
+                             {"attributes": attributes, "visibility_timeout": None})
+            return
+        except InvalidParameter as why:  # MessageTooLarge, mostly
+            if attempt:
+                logger.warning("%s: its error record was refused (%s); settled without it",
+                               job.describe(), why)
+                return
+            error = dict(attributes[ERROR_KEY])
+            error["traceback"] = None
+            error["message"] = str(error["message"])[:200]
+            attributes = {ERROR_KEY: error}
+
+
+def _later(job: BaseJob, delay: float) -> Plan[None]:
+    """Visible again after ``delay``: a planned retry (release=True), not counted as a lease
+    expiry; past max_lease, at once."""
     try:
-        moved = yield ClientCall("dead_letter", (job.queue, job.receipt, reason))
-    except InvalidParameter as why:  # the queue has no dead_letter_queue
-        yield ClientCall("delete", (job.queue, job.receipt))
-        logger.error(
-            "%s rejected, not retried: %s -- DELETED, not dead-lettered: %s;"
-            " attributes=%s body=%s", job.describe(), reason, why, job.message.attributes,
-            job.body, exc_info=None if isinstance(exc, Reject) else exc,
-        )
-        return
+        yield ClientCall("change_visibility", (job.queue, job.receipt, delay), {"release": True})
+    except LeaseLimitExceeded:  # past max_lease: no backoff, but still recorded and retried
+        logger.warning("backoff of %.3gs for message %s passes max_lease;"
+                       " retrying it at once", delay, job.id)
+        yield ClientCall("change_visibility", (job.queue, job.receipt, 0), {"release": True})
+
+
+def _reject(job: BaseJob, exc: BaseException, reason: str, delay: float) -> Plan[str]:
+    """Dead-letter now (SQL cuts a long reason to fit). A message is never deleted because the
+    move was refused: without a dead-letter queue it stays in its queue and comes back after
+    ``delay``; any other refusal leaves it leased, its lease bringing it back; the log says why."""
+    tb = None if isinstance(exc, Reject) else exc  # the traceback, once
+    q = job.queue
+    try:
+        moved = yield ClientCall("dead_letter", (q, job.receipt, reason.replace("\x00", "\\x00")))
+    except NoDeadLetterQueue:
+        yield from _later(job, delay)
+        logger.error("%s rejected: %s -- KEPT in queue %s, not dead-lettered: it has no"
+                     " dead_letter_queue; it comes back in %.3gs. Give it one: queue-pg alter %s"
+                     " --dead-letter-queue %s-dlq --max-receive-count 10 (after queue-pg create"
+                     " %s-dlq)", job.describe(), reason, q, delay, q, q, q, exc_info=tb)
+        return "kept"
+    except (StaleReceipt, MessageNotFound):
+        raise
+    except Exception as why:
+        logger.error("%s rejected: %s -- KEPT, not dead-lettered: the move was refused (%s: %s);"
+                     " its lease brings it back", job.describe(), reason, type(why).__name__,
+                     why, exc_info=tb)
+        return "kept"
     if moved:
-        logger.warning("%s rejected, not retried: %s; dead-lettered", job.describe(), reason)
+        logger.warning("%s rejected, not retried: %s; dead-lettered", job.describe(), reason,
+                       exc_info=tb)
     else:
         logger.warning("%s rejected, not retried: %s; not dead-lettered: the message was"
                        " gone already (expired)", job.describe(), reason)
+    return "rejected"
 
 
 class Beat(str, Enum):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import (
@@ -27,6 +28,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, overload
 
 from queue_pg._sqla import join
@@ -43,6 +45,12 @@ if TYPE_CHECKING:
     from queue_pg.periodic import Periodic
 
 __all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
+
+#: Failed attempts a task retries unless told otherwise (with the worker's exponential backoff:
+#: about 1, 2 and 4 s), then its message goes to the dead-letter queue.
+DEFAULT_RETRIES = 3
+#: The queue of a task that names none (created by the first enqueue or worker that needs it).
+DEFAULT_QUEUE = "default"
 
 TASK_KEY = "task"
 ARGS_KEY = "args"
@@ -83,16 +91,21 @@ class Task:
     ``queue``.
 
     ``retries``: failed attempts retried before the message is rejected, i.e. dead-lettered
-    (None: until the queue's max_receive_count dead-letters it). ``timeout``: seconds an attempt
-    may run before the job is cancelled (cooperatively in threads: ``job.cancelled``; for real
-    in asyncio). ``backoff``: overrides the worker's. ``bind``: the function takes the job
-    (checkpoint, state, cancellation) as its first argument. Calling the task runs the function
-    here.
+    (default 3, after the backoff's 1, 2 and 4 s; None: until the queue's max_receive_count
+    dead-letters it); one log line a retry, the traceback once, with the last failure.
+    ``timeout``: seconds an attempt may run; one that runs longer has failed (a
+    :class:`queue_pg.jobs.TaskTimeout`, retried as its policy says) whatever it does after, its
+    late result ignored. asyncio cancels it; in a :class:`queue_pg.Worker` thread TaskTimeout
+    is raised inside it at its next Python instruction (not while it waits in a C call).
+    ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
+    state, cancellation) as its first argument. Calling the task runs the function here.
 
     ``schedule``: a cron expression (``tz``: its time zone) at whose ticks a worker of the queue
     enqueues the task with no arguments (:func:`queue_pg.periodic.periodic` for arguments, or
     several schedules). ``create`` or queue ``settings`` (``visibility_timeout=60``, ...): the
-    queue is created with them when a worker starts or the first enqueue finds it missing.
+    queue is created with them when a worker starts or the first enqueue finds it missing, with a
+    dead-letter queue ``<queue>-dlq`` unless the settings name one (``dead_letter_queue=None``:
+    none), so failed jobs are kept: ``queue-pg tasks failed`` lists them.
 
     Limits the database enforces across all workers, set up by the task's first enqueue (before
     its message is sent) and when a worker starts: ``max_running``: at most that many runs of
@@ -108,7 +121,7 @@ class Task:
         *,
         queue: str,
         name: str | None = None,
-        retries: int | None = None,
+        retries: int | None = DEFAULT_RETRIES,
         timeout: Seconds | None = None,
         backoff: Backoff | None = None,
         bind: bool = False,
@@ -132,13 +145,18 @@ class Task:
         self.registry = registry if registry is not None else _default_registry()
         self.signature = inspect.signature(func)
         self._fits = _quick_fit(self.signature, skip=1 if bind else 0)
-        self.queue_settings: dict[str, Any] | None = declared_settings(create, settings)
+        self.queue_settings: dict[str, Any] | None = with_dead_letter_queue(
+            queue, declared_settings(create, settings), retries)
         if max_running is not None and max_running < 1:
             raise ValueError(f"max_running = {max_running}: need >= 1")
         if rate_limit is not None and not rate_limit > 0:
             raise ValueError(f"rate_limit = {rate_limit}: need > 0 starts per second")
         self.max_running = max_running
         self.rate_limit = rate_limit
+        #: The queues its messages may come from: its own and its max_running route's. A
+        #: message naming it in any other queue is rejected (a producer of that queue may not
+        #: start it).
+        self.runs_from = frozenset(self._queues())
         self._queue_made = False  # an enqueue found (or made) the declared queue
         self._limit_made = False  # an enqueue with a client set up max_running's route
         functools.update_wrapper(self, func)
@@ -151,6 +169,13 @@ class Task:
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
+
+    def _queues(self) -> list[str]:
+        if self.max_running is None:
+            return [self.queue]
+        from queue_pg.declare import limited_queue
+
+        return [self.queue, limited_queue(self)]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -171,8 +196,16 @@ class Task:
             self.signature.bind(*args, **kwargs)
 
     def envelope(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The message body; TypeError now (not in the worker, nor as the server's bare
+        "invalid input syntax for type json") for arguments that do not fit or are not JSON."""
         self.check_args(args, kwargs)
-        return {TASK_KEY: self.name, ARGS_KEY: list(args), KWARGS_KEY: dict(kwargs)}
+        body = {TASK_KEY: self.name, ARGS_KEY: list(args), KWARGS_KEY: dict(kwargs)}
+        try:
+            json.dumps(body, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(_not_json(self.name, args, kwargs) or f"task {self.name}: {exc}"
+                            ) from None
+        return body
 
     def send(
         self,
@@ -183,6 +216,7 @@ class Task:
         conn: psycopg.Connection[Any] | None = None,
         session: SessionLike | None = None,
         client: Client | None = None,
+        ttl: Seconds | None = None,
     ) -> int:
         """Enqueue one run; returns the message id. With ``conn`` (a psycopg connection) or
         ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
@@ -198,14 +232,15 @@ class Task:
 
             def send_on() -> int:
                 self._limited(on, None)
-                return _send_on(on, self.queue, body, delay, attributes)
+                return _send_on(on, self.queue, body, delay, attributes, ttl)
 
             return self._declaring(conn, send_on)
         c = client or self.registry.default_client()
 
         def send() -> int:
             self._limited(conn, c)
-            return c.send(self.queue, body, delay=delay, attributes=attributes, conn=conn)
+            return c.send(self.queue, body, delay=delay, ttl=ttl, attributes=attributes,
+                          conn=conn)
 
         return self._declaring(conn, send, c)
 
@@ -271,6 +306,45 @@ class Task:
         """Enqueue to run no sooner than ``delay`` seconds from now."""
         return self.send(args, kwargs, delay=delay, conn=conn, session=session)
 
+    def delay(self, *args: Any, **kwargs: Any) -> int:
+        """Celery's spelling of :meth:`enqueue`: every keyword goes to the function, so the
+        transaction is the framework's (Django's ``atomic()``, Flask's request) or, outside
+        one, the message's own."""
+        return self.send(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: Seconds | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
+        expires: Seconds | datetime | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        session: SessionLike | None = None,
+    ) -> int:
+        """Celery's :meth:`send` with its options: run no sooner than ``countdown`` seconds
+        from now or at ``eta`` (an aware datetime); never after ``expires`` (seconds or a
+        datetime: the message's time-to-live). ``queue``: only the task's own (a task runs
+        from the queues it is declared for, never another). Transactions as :meth:`send`."""
+        if queue is not None and queue not in self.runs_from:
+            raise ValueError(f"queue = {queue!r}: task {self.name} runs from queue"
+                             f" {self.queue!r} only")
+        if countdown is not None and eta is not None:
+            raise ValueError("give countdown or eta, not both")
+        delay = countdown if eta is None else max(0.0, _until(eta, "eta"))
+        ttl = _until(expires, "expires") if isinstance(expires, datetime) else expires
+        if ttl is not None and seconds(ttl) <= 0:
+            raise ValueError(f"expires = {expires!r}: already passed")
+        return self.send(args, kwargs, delay=delay, ttl=ttl, conn=conn, session=session)
+
+    def revoke(self, message_id: int, *, client: Client | None = None) -> bool:
+        """Cancel a run that has not started (the id ``enqueue`` returned): True if it was
+        deleted; False if it is gone or running (it runs on). Needs ``manage`` on the queue."""
+        c = client or self.registry.default_client()
+        return any(c.cancel_message(q, message_id) for q in sorted(self.runs_from))
+
     # --- running (called by the workers) ----------------------------------------------------------
 
     def run_sync(self, job: BaseJob, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -300,6 +374,29 @@ class Task:
             return self.func(*args, **kwargs)
 
 
+def _not_json(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """Which argument of a task's call is not JSON, and what to do, in one line."""
+    named = [(f"argument {i + 1}", v) for i, v in enumerate(args)]
+    named += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    for which, value in named:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            return (f"task {name}: {which} = {shown} is not JSON ({exc}); pass what JSON"
+                    " holds (str, int, finite float, bool, None, list, dict with str keys),"
+                    " e.g. an id or value.isoformat()")
+    return None
+
+
+def _until(at: datetime, name: str) -> float:
+    """Seconds from now to ``at``, an aware datetime (a naive one would mean any zone)."""
+    if at.tzinfo is None:
+        raise ValueError(f"{name} = {at!r}: give an aware datetime (with tzinfo)")
+    return (at - datetime.now(timezone.utc)).total_seconds()
+
+
 async def _await(result: Any) -> Any:
     return await result
 
@@ -310,6 +407,7 @@ def _send_on(
     body: Any,
     delay: Seconds | None,
     attributes: Mapping[str, Any],
+    ttl: Seconds | None = None,
 ) -> int:
     """Send on the caller's connection without a Client (none configured): the same statement
     Client.send runs there."""
@@ -318,7 +416,7 @@ def _send_on(
     from queue_pg.errors import translating
 
     with translating():
-        return execute(conn, _ops.send(queue, body, delay, None, attributes))
+        return execute(conn, _ops.send(queue, body, delay, ttl, attributes))
 
 
 def declared_settings(create: bool, settings: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -332,21 +430,42 @@ def declared_settings(create: bool, settings: Mapping[str, Any] | None) -> dict[
     return dict(settings or {}) if create or settings else None
 
 
+def with_dead_letter_queue(
+    queue: str, settings: dict[str, Any] | None, retries: int | None
+) -> dict[str, Any] | None:
+    """Declared settings with a dead-letter queue ``<queue>-dlq`` unless they name one (None:
+    none); its ``max_receive_count`` leaves the task's retries room, catching only crash loops."""
+    if settings is None:
+        return None
+    if "dead_letter_queue" in settings:
+        if settings["dead_letter_queue"] is None:
+            settings = {k: v for k, v in settings.items()
+                        if k not in ("dead_letter_queue", "max_receive_count")}
+        return settings
+    return {**settings, "dead_letter_queue": f"{queue}-dlq",
+            "max_receive_count": settings.get("max_receive_count", max(10, (retries or 0) + 2))}
+
+
 class Registry:
     """Tasks by name, for a worker to dispatch on; ``client`` is what ``enqueue`` sends with.
 
-    Two hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
+    Three hooks for framework integrations (``queue_pg.contrib``): ``connection``, called by an
     enqueue given no ``conn``, ``session`` or ``client``, returns the connection to send on (Django:
-    its own, so ``transaction.atomic()`` covers the enqueue); the job contexts wrap every run of
-    every task, in the thread that runs it (Flask: an app context; Django: closing stale
-    connections, as its request cycle does); an ``async def`` task's in its event loop.
+    its own, so ``transaction.atomic()`` covers the enqueue; Flask: ``db.session``'s in a
+    request), or None: no transaction to join; ``client_for``, the client then (the app's);
+    the job contexts wrap every run of every task, in the thread that runs it (Flask: an app
+    context; Django: closing stale connections, as its request cycle does); an ``async def``
+    task's in its event loop.
     """
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
         self.schedules: dict[str, Periodic] = {}
         self.client: Client | None = None
-        self.connection: Callable[[], psycopg.Connection[Any]] | None = None
+        self.connection: Callable[[], psycopg.Connection[Any] | None] | None = None
+        #: A framework's client for an enqueue that joins no transaction (Flask: the app's),
+        #: None outside the framework: then ``client``, else one on $QUEUE_PG_DSN.
+        self.client_for: Callable[[], Client | None] | None = None
         self._job_contexts: dict[str, Callable[[], AbstractContextManager[Any]]] = {}
         self._async_job_contexts: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {}
         self._lock = threading.Lock()
@@ -430,6 +549,10 @@ class Registry:
     def default_client(self) -> Client:
         """The configured client, else a Client on ``$QUEUE_PG_DSN`` or the embedded server
         (made once)."""
+        if self.client_for is not None:
+            framework = self.client_for()
+            if framework is not None:
+                return framework
         with self._lock:
             if self.client is None:
                 from queue_pg.client import Client
@@ -437,8 +560,12 @@ class Registry:
                 self.client = Client()  # QUEUE_PG_DSN, else the embedded server
             return self.client
 
-    def resolve(self, body: Any) -> tuple[Task, list[Any], dict[str, Any]]:
-        """The task and arguments a message asks for; Reject when it cannot run, ever."""
+    def resolve(
+        self, body: Any, queue: str | None = None
+    ) -> tuple[Task, list[Any], dict[str, Any]]:
+        """The task and arguments a message of ``queue`` asks for; Reject when it cannot run,
+        ever: among them a task that ``queue`` is not one of (its producers may send to that
+        queue only, so they must not start a task declared for another)."""
         if not isinstance(body, dict) or not isinstance(body.get(TASK_KEY), str):
             raise Reject(f"not a task message: the body has no {TASK_KEY!r} name")
         name = body[TASK_KEY]
@@ -446,6 +573,9 @@ class Registry:
         if task is None:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise Reject(f"unknown task {name!r}: this worker knows {known}")
+        if queue is not None and queue not in task.runs_from:
+            raise Reject(f"task {name!r} runs from queue {task.queue!r} only, not from queue"
+                         f" {queue!r}: whoever sent it there may not start it")
         args = body.get(ARGS_KEY, [])
         kwargs = body.get(KWARGS_KEY, {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -476,7 +606,7 @@ def task(func: Callable[..., Any], /) -> Task: ...
 @overload
 def task(
     *,
-    queue: str = ...,
+    queue: str | None = ...,
     name: str | None = ...,
     retries: int | None = ...,
     timeout: Seconds | None = ...,
@@ -496,9 +626,9 @@ def task(
     func: Callable[..., Any] | None = None,
     /,
     *,
-    queue: str = "default",
+    queue: str | None = None,
     name: str | None = None,
-    retries: int | None = None,
+    retries: int | None = DEFAULT_RETRIES,
     timeout: Seconds | None = None,
     backoff: Backoff | None = None,
     bind: bool = False,
@@ -512,16 +642,19 @@ def task(
 ) -> Task | Callable[[Callable[..., Any]], Task]:
     """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task.
 
-    ``schedule="*/5 * * * *"`` (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
+    No ``queue``: the queue ``default``, created (with its dead-letter queue ``default-dlq``)
+    when missing. ``retries``: 3 unless told. ``schedule="*/5 * * * *"``
+    (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
     queue settings (``visibility_timeout=60``, ``dead_letter_queue="emails-dlq"``, ...) create
     its queue when a worker starts or the first enqueue finds it missing; ``max_running=2``,
     ``rate_limit=10``: limits the database enforces across workers.
     """
 
     def wrap(f: Callable[..., Any]) -> Task:
-        return Task(f, queue=queue, name=name, retries=retries, timeout=timeout,
-                    backoff=backoff, bind=bind, registry=registry, schedule=schedule, tz=tz,
-                    create=create, settings=settings, max_running=max_running,
+        return Task(f, queue=DEFAULT_QUEUE if queue is None else queue, name=name,
+                    retries=retries, timeout=timeout, backoff=backoff, bind=bind,
+                    registry=registry, schedule=schedule, tz=tz,
+                    create=create or queue is None, settings=settings, max_running=max_running,
                     rate_limit=rate_limit)
 
     return wrap(func) if func is not None else wrap

@@ -24,6 +24,7 @@ What to do and when is shared with :class:`queue_pg.AsyncWorker` (:mod:`queue_pg
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import logging
 import os
@@ -40,7 +41,16 @@ from queue_pg import _ops, joblog
 from queue_pg.acks import FLUSH_DELAY
 from queue_pg.backoff import Backoff
 from queue_pg.declare import ensure_queues
-from queue_pg.jobs import SHUTDOWN, TIMEOUT, Job, LeaseLost, Reject, current_job, job_var
+from queue_pg.jobs import (
+    SHUTDOWN,
+    TIMEOUT,
+    Job,
+    LeaseLost,
+    Reject,
+    TaskTimeout,
+    current_job,
+    job_var,
+)
 from queue_pg.periodic import Scheduler
 from queue_pg.plans import Outcome, Plan
 from queue_pg.pulse import REAP_INTERVAL
@@ -297,10 +307,16 @@ class Worker(WorkerBase["Client", SyncHandler]):
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
-                if task.timeout is not None:
+                if task.timeout is None:
+                    task.run_sync(job, args, kwargs)
+                else:
                     job.deadline = job.started + task.timeout
+                    job.thread = threading.get_ident()
                     self._beat_wake.set()
-                task.run_sync(job, args, kwargs)
+                    try:
+                        task.run_sync(job, args, kwargs)
+                    finally:  # a soft limit raised up to here lands in `except` below
+                        _disarm(job)
             else:
                 assert self._handler is not None
                 self._handler(job)
@@ -309,8 +325,32 @@ class Worker(WorkerBase["Client", SyncHandler]):
         joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
+            late = job.timed_out
+        if late:  # settled as failed at its deadline already
+            logger.warning("%s ended %.3gs after its timeout; its result is ignored (the"
+                           " attempt failed)", job.describe(),
+                           monotonic() - (job.deadline or job.started))
+            return
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
         self.stats.add(run_plan(self.client, plan))
+
+    def _time_out(self, job: Job) -> None:
+        """A job past its task's timeout: failed now (retried as the task says), whatever its
+        thread does after; the thread cannot be stopped, only told (``job.cancelled``)."""
+        with job.lock:
+            if not job.beating:  # its handler ended (and settles) first
+                return
+            job.beating = False
+            job.timed_out = True
+        job.cancel(TIMEOUT)
+        assert job.task is not None and job.task.timeout is not None
+        exc = TaskTimeout(f"{job.task.name} ran past its timeout of {job.task.timeout:g}s")
+        with job.soft_lock:  # the soft limit: TaskTimeout raised inside the task
+            if job.thread is not None:
+                _async_raise(job.thread, TaskTimeout)
+        logger.warning("%s passed its timeout; failed, and TaskTimeout raised inside it (at"
+                       " its next Python instruction)", job.describe())
+        self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
 
     # --- heartbeat --------------------------------------------------------------------------------
 
@@ -338,10 +378,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 due = min(due, flush_at)
             for job in jobs:
                 if job.deadline is not None and now >= job.deadline and job.beating:
-                    job.cancel(TIMEOUT)
-                    with job.lock:
-                        job.beating = False  # the lease lapses unless the handler stops
-                    logger.warning("%s passed its timeout; cancelled", job.describe())
+                    self._time_out(job)
                 if not job.beating:
                     continue
                 if now >= job.next_beat:
@@ -396,3 +433,17 @@ class Worker(WorkerBase["Client", SyncHandler]):
             logger.warning("%d job(s) still running after the grace period (%s);"
                            " their leases bring the messages back",
                            len(left), ", ".join(j.describe() for j in left))
+
+
+def _async_raise(thread: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in ``thread`` at its next Python instruction (None: clear one pending)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread), ctypes.py_object(exc) if exc is not None else None)
+
+
+def _disarm(job: Job) -> None:
+    """In the handler's thread once the task returned or raised: no soft limit from now on, and
+    one raised but not yet delivered is dropped (the attempt was failed all the same)."""
+    with job.soft_lock:
+        job.thread = None
+        _async_raise(threading.get_ident(), None)

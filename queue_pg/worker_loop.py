@@ -83,6 +83,7 @@ class WorkerStats:
     rejected: int = 0
     released: int = 0
     lost: int = 0
+    kept: int = 0  # rejected, not dead-lettered (its queue has none): retried later
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, n: int = 1) -> None:
@@ -265,7 +266,7 @@ def resolve_task(
         raise Reject(f"undecodable body: {job.body.error}")
     if registry is None:
         return None, [], {}
-    task, args, kwargs = registry.resolve(job.body)
+    task, args, kwargs = registry.resolve(job.body, job.queue)
     job.task = task
     return task, args, kwargs
 

@@ -8,6 +8,7 @@ client; the worker is a real ``flask --app app queue-pg worker`` process.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import signal
 import subprocess
@@ -243,3 +244,57 @@ def test_async_tasks_run_in_the_app_context(app: Flask, example: tuple[ModuleTyp
     finally:
         registry.tasks.pop("probe_async", None)
     assert seen == [app.name]
+
+
+def test_task_enqueue_uses_the_apps_database_and_the_requests_transaction(
+    example: tuple[ModuleType, Flask, str], app: Flask, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``task.enqueue()`` / ``delay()`` in an app with the extension: never $QUEUE_PG_DSN; in a
+    request, db.session's transaction (a request that never commits says so); outside one, a
+    commit of its own."""
+    from flask_sqlalchemy import SQLAlchemy
+
+    module, _, db = example
+    monkeypatch.setenv("QUEUE_PG_DSN", "host=/nonexistent dbname=nowhere")  # not the app's
+    fresh = Flask("fresh")
+    fresh.config["SQLALCHEMY_DATABASE_URI"] = module.sqlalchemy_url(db)
+    sqla = SQLAlchemy()
+    sqla.init_app(fresh)
+    QueuePG(fresh)
+    send_welcome = module.send_welcome
+
+    @fresh.post("/commit")
+    def commit() -> str:
+        send_welcome.enqueue(1)
+        sqla.session.commit()
+        return "ok"
+
+    @fresh.post("/forget")
+    def forget() -> str:
+        send_welcome.delay(2)  # no commit: rolled back with the session
+        return "ok"
+
+    @fresh.post("/rollback")
+    def rollback() -> str:
+        send_welcome.apply_async((3,))
+        sqla.session.rollback()  # on purpose: nothing to say
+        return "ok"
+
+    caplog.set_level(logging.WARNING, "queue_pg.flask")
+    try:
+        web = fresh.test_client()
+        for path in ("/commit", "/forget", "/rollback"):
+            assert web.post(path).status_code == 200
+        with fresh.app_context():
+            send_welcome.enqueue(4)  # no request: commits by itself
+        assert [body["args"] for _, body in messages(db)] == [[1], [4]]
+        (warning,) = [r for r in caplog.records if "were not committed" in r.getMessage()]
+        assert "request POST /forget" in warning.getMessage()
+    finally:
+        registry.set_job_context("flask", app.app_context)
+        with fresh.app_context():
+            sqla.engine.dispose()
+        state = fresh.extensions["queue_pg"]
+        if state.client is not None:
+            state.client.close()

@@ -146,9 +146,10 @@ def test_tasks_command_lists_queue_retries_timeout_and_schedule(tmp_path: Path) 
     assert out.returncode == 0, out.stderr
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in out.stdout.splitlines() if line.startswith("│")}
-    assert rows["habit_tasks.send_welcome"] == ["emails", "5", "1m", "-",
-                                                '{"visibility_timeout": 90}']
-    assert rows["habit_tasks.report"][:4] == ["reports", "until max_receive_count", "-",
+    assert rows["habit_tasks.send_welcome"] == [
+        "emails", "5", "1m", "-", '{"visibility_timeout": 90, "dead_letter_queue": "emails-dlq",'
+        ' "max_receive_count": 10}']  # a queue tasks create gets a dead-letter queue
+    assert rows["habit_tasks.report"][:4] == ["reports", "3", "-",  # 3 retries by default
                                               "*/5 * * * * Europe/Paris"]
     assert rows["cleanup"][3] == "0 3 * * * UTC (cleanup-nightly)"
 

@@ -30,7 +30,7 @@ from psycopg.rows import dict_row
 import queue_pg
 from queue_pg.aio_worker import AsyncWorker
 from queue_pg.backoff import Backoff
-from queue_pg.jobs import MAX_LEASE, AsyncJob, Job, LeaseLost, Reject
+from queue_pg.jobs import MAX_LEASE, AsyncJob, Job, LeaseLost, Reject, TaskTimeout
 from queue_pg.tasks import Registry
 from queue_pg.worker import Worker
 
@@ -454,7 +454,8 @@ def test_handler_is_told_when_max_lease_stops_the_heartbeat(client: queue_pg.Cli
 def test_task_retries_cap_rejects_and_timeout_cancels(
     client: queue_pg.Client, clean: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """On a queue without a dead-letter queue, a rejected message is deleted and logged."""
+    """On a queue without a dead-letter queue, a rejected message is kept (it comes back after
+    the backoff) and logged with its traceback."""
     caplog.set_level(logging.WARNING, "queue_pg.worker")
     reg = Registry()
     calls: list[tuple[str, int, bool]] = []
@@ -467,10 +468,12 @@ def test_task_retries_cap_rejects_and_timeout_cancels(
 
     @queue_pg.task(queue="t", name="sleepy", timeout=0.3, registry=reg, bind=True)
     def sleepy(job: Job) -> None:
-        while not job.cancelled:
-            time.sleep(0.01)
-        calls.append(("sleepy", job.receive_count, job.cancelled))
-        job.raise_if_cancelled()
+        try:
+            while True:  # never looks at job.cancelled: the soft limit stops it
+                time.sleep(0.01)
+        except TaskTimeout:
+            calls.append(("sleepy", job.receive_count, job.cancelled))
+            raise
 
     client.create_queue("t", visibility_timeout=5)
     with pytest.raises(TypeError):
@@ -480,22 +483,20 @@ def test_task_retries_cap_rejects_and_timeout_cancels(
     worker = Worker(client, "t", reg, concurrency=2, wait=0.5, backoff=Backoff(base=10))
     t = _run_in_thread(worker)
     wait_until("flaky rejected, sleepy timed out",
-               lambda: worker.stats.rejected == 1 and worker.stats.retried == 2)
+               lambda: worker.stats.kept == 1 and worker.stats.retried == 2)
     worker.stop()
     t.join(5)
     assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1, False), ("flaky", 2, False)]
     assert [c for c in calls if c[0] == "sleepy"] == [("sleepy", 1, True)]
     with psycopg.connect(clean, autocommit=True, row_factory=dict_row) as c:
-        (h,) = c.execute("SELECT * FROM queue_pg.message_history").fetchall()
-    assert (h["type"], h["receive_count"]) == ("flaky", 2)  # retried once, then not again
-    assert (h["outcome"], h["lease_expiries"]) == ("deleted", 0)  # no DLQ: deleted
-    (deleted,) = [r for r in caplog.records if "DELETED" in r.getMessage()]
-    assert deleted.levelno == logging.ERROR
-    assert "failed 2 times (retries = 1), last: RuntimeError: nope" in deleted.getMessage()
-    assert "has no dead_letter_queue" in deleted.getMessage()
-    assert deleted.exc_info is not None  # the handler's traceback, the only record left
-    stats = client.stats("t")  # sleepy failed on its timeout: waiting out the worker's backoff
-    assert (stats.visible, stats.in_flight) == (0, 1)
+        assert c.execute("SELECT * FROM queue_pg.message_history").fetchall() == []  # kept
+    (kept,) = [r for r in caplog.records if "KEPT" in r.getMessage()]
+    assert kept.levelno == logging.ERROR
+    assert "failed 2 times (retries = 1), last: RuntimeError: nope" in kept.getMessage()
+    assert "has no dead_letter_queue" in kept.getMessage()
+    assert kept.exc_info is not None  # the handler's traceback, once
+    stats = client.stats("t")  # both wait out the worker's backoff: kept, not deleted
+    assert stats.visible + stats.in_flight == 2
     assert stats.lease_expiries == 0  # flaky's retry was planned (release), not a lapse
 
 

@@ -20,14 +20,13 @@ import click
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 from flask_sqlalchemy import SQLAlchemy
-from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import DateTime, String, select
-from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 import queue_pg
 from queue_pg.contrib.flask import QueuePG
+from queue_pg.dsn import sqlalchemy_url
 from queue_pg.embedded import app_dsn
 from queue_pg.tasks import registry
 
@@ -54,16 +53,6 @@ def send_welcome(signup_id: int) -> None:
     if signup is not None and signup.welcomed_at is None:
         signup.welcomed_at = datetime.now(timezone.utc)
         db.session.commit()
-
-
-def sqlalchemy_url(dsn: str) -> URL:
-    """A libpq DSN as a SQLAlchemy URL on the psycopg 3 driver (host and port as query
-    arguments, so a unix socket folder works too)."""
-    p = conninfo_to_dict(dsn)
-    return URL.create(
-        "postgresql+psycopg", username=p.pop("user", None), password=p.pop("password", None),
-        database=p.pop("dbname", None), query={k: str(v) for k, v in p.items()},
-    )
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import psycopg
 from rich.table import Table
 
 from queue_pg.cli.state import State, fail, pass_state
@@ -44,13 +45,26 @@ def sql() -> None:
 @click.argument("privilege")
 @pass_state
 def grant(state: State, queue: str, role: str, privilege: str) -> None:
-    """Let ROLE PRIVILEGE QUEUE: send, receive or manage (needs manage on QUEUE, or admin).
+    """Give ROLE the PRIVILEGE (send, receive or manage) on QUEUE: `grant QUEUE ROLE PRIVILEGE`
+    (needs manage on QUEUE, or admin).
 
-    ROLE must also be a member of queue_pg_producer to send, of queue_pg_consumer to receive.
+    ROLE must also be a member of queue_pg_producer to send, of queue_pg_consumer to receive
+    (of any of them to manage): the command says so when it is not.
     """
     done = state.client.grant(queue, role, privilege)
     out().print(f"{'granted' if done else 'already granted:'} {shown(privilege)} on "
                 f"{shown(queue)} to {shown(role)}")
+    groups = {"send": ["queue_pg_producer"], "receive": ["queue_pg_consumer"]}.get(
+        privilege, ["queue_pg_producer", "queue_pg_consumer"])
+    with psycopg.connect(state.dsn, autocommit=True) as c:
+        row = c.execute(
+            "SELECT bool_or(pg_has_role(%s, g, 'MEMBER')) FROM unnest(%s::text[]) g"
+            " WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g)",
+            [role, [*groups, "queue_pg_admin"]]).fetchone()
+    if not (row and row[0]):
+        err().print(f"[yellow]warning:[/yellow] {shown(role)} is in none of"
+                    f" {', '.join(groups)}, queue_pg_admin, so the grant does nothing yet;"
+                    f" hint: GRANT {groups[0]} TO {shown(role)}", soft_wrap=True)
 
 
 @click.command()

@@ -13,7 +13,7 @@ import psycopg
 
 from queue_pg.client import Client
 from queue_pg.display import err, shown
-from queue_pg.dsn import safe_dsn
+from queue_pg.dsn import checked_dsn, safe_dsn
 from queue_pg.embedded import resolve_dsn
 
 __all__ = ["State", "fail", "pass_state"]
@@ -46,7 +46,7 @@ class State:
         if self.opened is None:
             # Connect once first: a bad DSN then fails at once with libpq's message, instead of
             # the client's pool retrying in the background until its timeout.
-            psycopg.connect(self.dsn, connect_timeout=10).close()
+            psycopg.connect(checked_dsn(self.dsn), connect_timeout=10).close()
             self.opened = Client(self.dsn, min_size=1, max_size=4)
         return self.opened
 

@@ -12,21 +12,26 @@ Config keys (all optional):
     Modules the worker imports besides the app's own (tasks defined where the app is are
     registered already).
 
-``qp.enqueue(task, *args)`` and ``qp.send(queue, body)`` join Flask-SQLAlchemy's ``db.session``
-transaction: the message exists if and only if the session commits (the engine must use
-``postgresql+psycopg://``). Workers run every plain task inside an app context, so tasks may use
+Every enqueue in an app with the extension (``task.enqueue``, ``task.delay``,
+``task.apply_async``, ``qp.enqueue(task, *args)``) uses the app's database: inside a request with
+Flask-SQLAlchemy it joins ``db.session``'s transaction, so the message exists if and only if the
+session commits (the engine must use ``postgresql+psycopg://``; a request that enqueued and ends
+without a commit logs a warning: the message went with the rollback); outside a request (a
+command, a job) it commits by itself, on the app's client. ``qp.send(queue, body)`` joins
+``db.session`` too. Workers run every plain task inside an app context, so tasks may use
 ``db.session``. Commands: ``flask queue-pg migrate`` and ``flask queue-pg worker`` (the options of
 ``queue-pg worker``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 import click
-from flask import Flask, current_app
+from flask import Flask, current_app, g, has_app_context, has_request_context, request
 from flask.cli import AppGroup, ScriptInfo, with_appcontext
 
 from queue_pg.client import Client
@@ -36,9 +41,13 @@ from queue_pg.tasks import Task, registry
 from queue_pg.types import JSON
 
 if TYPE_CHECKING:  # queue_pg.install brings Alembic: not in every worker process
+    import psycopg
+
     from queue_pg.install import MigrationResult
 
 __all__ = ["QueuePG", "cli"]
+
+logger = logging.getLogger("queue_pg.flask")
 
 EXTENSION = "queue_pg"
 #: imported first by each worker process of ``--processes N``: loads the app there
@@ -60,6 +69,10 @@ class QueuePG:
         app.extensions[EXTENSION] = _State(self)
         # jobs run where the app's extensions (db.session ...) work; the last app set up wins
         registry.set_job_context("flask", app.app_context)
+        # every enqueue uses the app's database: a request's db.session, else the app's client
+        registry.connection = _request_connection
+        registry.client_for = _app_client
+        app.teardown_request(_check_committed)
         app.cli.add_command(cli)
 
     # --- configuration ---------------------------------------------------------------------------
@@ -119,6 +132,51 @@ class QueuePG:
         with psycopg.connect(dsn, autocommit=True) as conn:
             ensure_queues(conn, current_app.config["QUEUE_PG_QUEUES"])
         return result
+
+
+def _request_connection() -> psycopg.Connection[Any] | None:
+    """Inside a request of an app with the extension and Flask-SQLAlchemy: the connection under
+    ``db.session``, its enqueues counted until the session commits; else None."""
+    if not has_request_context() or EXTENSION not in current_app.extensions:
+        return None
+    db = current_app.extensions.get("sqlalchemy")
+    if db is None:
+        return None
+    from sqlalchemy import event
+
+    from queue_pg._sqla import psycopg_connection
+
+    session = db.session()
+    if not event.contains(session, "after_commit", _committed):
+        event.listen(session, "after_commit", _committed)
+        event.listen(session, "after_rollback", _committed)
+    conn = psycopg_connection(session)
+    g.queue_pg_uncommitted = g.get("queue_pg_uncommitted", 0) + 1
+    return conn
+
+
+def _committed(session: Any) -> None:
+    """The request's enqueues so far are settled: committed, or rolled back on purpose."""
+    if has_request_context():
+        g.queue_pg_uncommitted = 0
+
+
+def _check_committed(exc: BaseException | None) -> None:
+    """At a request's end: say so when it enqueued and never committed (Flask-SQLAlchemy rolls
+    the session back next, the messages with it)."""
+    n = g.pop("queue_pg_uncommitted", 0)
+    if n:
+        logger.warning("%d message(s) enqueued in request %s %s were not committed: they are"
+                       " dropped with db.session; call db.session.commit() after enqueueing",
+                       n, request.method, request.path)
+
+
+def _app_client() -> Client | None:
+    """The current app's client when the app has the extension, else None."""
+    if not has_app_context():
+        return None
+    state = current_app.extensions.get(EXTENSION)
+    return state.ext.client if isinstance(state, _State) else None
 
 
 class _State:

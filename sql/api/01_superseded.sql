@@ -56,3 +56,5 @@ DROP FUNCTION IF EXISTS queue_pg._forget_writes(integer);
 DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 -- a schedule's name is its queue's (revision 0014): dropping one names the queue
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
+-- redrive_message: _move_back's `ids`
+DROP FUNCTION IF EXISTS queue_pg._move_back(integer, integer, bigint, timestamptz, timestamptz);

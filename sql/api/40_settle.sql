@@ -294,6 +294,26 @@ BEGIN
                            false, 'visibility_timeout');
 END $$;
 
+-- `reason` cut to at most `max_bytes` bytes of UTF-8 on a character boundary, saying so at its end
+-- ("… [truncated, N bytes]", N the original length); a reason that fits is returned as it is.
+CREATE OR REPLACE FUNCTION queue_pg._fit_reason(reason text, max_bytes integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    total integer := octet_length(reason);
+    tail text;
+    head text;
+BEGIN
+    IF total IS NULL OR total <= max_bytes THEN
+        RETURN reason;
+    END IF;
+    tail := format('… [truncated, %s bytes]', total);
+    head := left(reason, max_bytes - octet_length(tail));  -- characters: at least as many bytes
+    WHILE octet_length(head) > max_bytes - octet_length(tail) LOOP
+        head := left(head, length(head) - greatest(1, (octet_length(head) - (max_bytes - octet_length(tail))) / 4));
+    END LOOP;
+    RETURN head || tail;
+END $$;
+
 -- Dead-letters a message now, under its current receipt: for work that can never succeed (an
 -- unknown task, arguments that do not fit), so it does not go round until max_receive_count.
 CREATE OR REPLACE FUNCTION queue_pg.dead_letter(queue text, receipt text, reason text DEFAULT NULL)
@@ -306,16 +326,13 @@ DECLARE
     found_id bigint;
     why text;
 BEGIN
-    IF q.dead_letter_queue IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
+    IF q.dead_letter_queue IS NULL THEN  -- its own code: the caller keeps the message another way
+        RAISE EXCEPTION USING ERRCODE = 'QP038',
             MESSAGE = format('queue = %s is invalid: it has no dead_letter_queue (set one with alter_queue)',
                              quote_literal(q.name));
     END IF;
-    -- The reason is kept in the message's attributes: bounded, so it adds at most 1 KiB.
-    IF octet_length(reason) > 1024 THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('reason is %s bytes: allowed up to 1024 bytes (UTF-8)', octet_length(reason));
-    END IF;
+    -- The reason is kept in the message's attributes: cut to 1 KiB, never a cause to refuse the move.
+    reason := queue_pg._fit_reason(reason, 1024);
     SELECT t.id INTO found_id FROM queue_pg.messages t
     WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
     FOR UPDATE;

@@ -183,10 +183,10 @@ DROP FUNCTION IF EXISTS queue_pg._move_back(integer, integer, bigint, timestampt
 -- dropped stay, unless target_id is given). Only messages visible at `cutoff`, and only into
 -- queues `mover` may send to (_movable_to): the others stay where they are; rows another
 -- transaction holds are skipped. The one move of redrive and of the redrive tasks
--- (sql/api/57_redrive.sql); the number moved.
+-- (sql/api/57_redrive.sql), and of redrive_message (`ids`: only those); the number moved.
 CREATE OR REPLACE FUNCTION queue_pg._move_back(dlq_id integer, target_id integer, max bigint,
-                                               cutoff timestamptz, at timestamptz, mover name)
-RETURNS bigint
+                                               cutoff timestamptz, at timestamptz, mover name,
+                                               ids bigint[] DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     cnt bigint;
@@ -201,6 +201,7 @@ BEGIN
         WHERE m.queue_id = dlq_id AND m.visible_at <= cutoff
           AND (m.source_queue_id IS NOT NULL OR target_id IS NOT NULL)
           AND (allowed IS NULL OR coalesce(target_id, m.source_queue_id) = ANY (allowed))
+          AND (ids IS NULL OR m.id = ANY (ids))
         ORDER BY m.visible_at
         LIMIT max
         FOR UPDATE SKIP LOCKED
@@ -245,4 +246,59 @@ BEGIN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');
     END IF;
     RETURN queue_pg._move_back(d.id, target.id, "limit", at, at, queue_pg._caller());
+END $$;
+
+-- One dead-lettered message of dlq back, as redrive moves them (a failed job retried by hand):
+-- true if it moved; false if dlq holds no such message now (never was, moved on, or leased by
+-- a consumer of dlq at this moment).
+CREATE OR REPLACE FUNCTION queue_pg.redrive_message(dlq text, id bigint, "to" text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    d queue_pg.queues := queue_pg._queue(dlq, 'manage');
+    target queue_pg.queues;
+    at timestamptz := queue_pg._now();
+BEGIN
+    IF "to" IS NOT NULL THEN  -- moving messages into a queue is sending to it
+        target := queue_pg._queue("to", 'send');
+    END IF;
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
+    END IF;
+    RETURN queue_pg._move_back(d.id, target.id, 1, at, at, queue_pg._caller(), ARRAY[id]) = 1;
+END $$;
+
+-- Revokes a job that has not started: deletes message `id` of `queue` unless a consumer holds
+-- its lease now (a released retry waiting out its backoff has not started). True if deleted;
+-- false if the queue holds no such message, or it runs: a lease is never taken away. Its history
+-- row says 'purged', a purge of one.
+CREATE OR REPLACE FUNCTION queue_pg.cancel_message(queue text, id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    at timestamptz := queue_pg._now();
+    gone queue_pg.messages;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
+    END IF;
+    IF q.fifo THEN  -- the group's row first, as a send locks it (the delete trigger moves it on)
+        PERFORM 1 FROM queue_pg.fifo_groups f
+        WHERE f.queue_id = q.id
+          AND f.group_id = (SELECT m.group_id FROM queue_pg.messages m
+                            WHERE m.id = cancel_message.id AND m.queue_id = q.id)
+        FOR UPDATE;
+    END IF;
+    DELETE FROM queue_pg.messages t
+    WHERE t.id = cancel_message.id AND t.queue_id = q.id
+      AND NOT (t.visible_at > at AND t.last_received_at IS NOT NULL AND NOT t.released)
+    RETURNING t.* INTO gone;
+    IF gone.id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF q.history THEN
+        INSERT INTO queue_pg.message_history
+        SELECT (queue_pg._history_row(q, gone, 'purged', at)).*;
+    END IF;
+    RETURN true;
 END $$;

@@ -184,6 +184,7 @@ BEGIN
                                       'limit_task',
                                       -- redrive tasks (57_redrive.sql)
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
+                                      'redrive_message', 'cancel_message',
                                       'set_redrive_allow', 'redrive_allow',
                                       -- the dashboard (59_dashboard.sql)
                                       'queue_history', 'queue_throughput', 'workers',

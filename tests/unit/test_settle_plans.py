@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from queue_pg.backoff import Backoff
-from queue_pg.errors import InvalidParameter, LeaseLimitExceeded, StaleReceipt
+from queue_pg.errors import InvalidParameter, LeaseLimitExceeded, NoDeadLetterQueue, StaleReceipt
 from queue_pg.jobs import LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
 from queue_pg.plans import ClientCall, Outcome, Plan
 from queue_pg.settle import Action, Beat, beat, decide, release, settle
@@ -77,14 +77,29 @@ def test_a_backoff_past_max_lease_retries_at_once() -> None:
     assert [c.args[2] for c in calls if c.method == "change_visibility"] == [1.0, 0]
 
 
-def test_reject_dead_letters_and_without_a_dlq_deletes() -> None:
+def test_reject_dead_letters_and_a_refused_move_never_deletes() -> None:
     counter, calls = drive(settle(job(), Reject("bad"), Backoff()), {"dead_letter": True})
     assert counter == "rejected" and [c.method for c in calls] == ["update", "dead_letter"]
     assert calls[1].args == ("q", "r", "bad")
-    no_dlq = InvalidParameter("queue 'q' has no dead_letter_queue")
-    counter, calls = drive(settle(job(), Reject("bad"), Backoff()), {"dead_letter": no_dlq})
-    assert counter == "rejected"
-    assert [c.method for c in calls] == ["update", "dead_letter", "delete"]
+    no_dlq = NoDeadLetterQueue("queue 'q' has no dead_letter_queue")
+    counter, calls = drive(settle(job(), Reject("bad"), Backoff(jitter=0)), {"dead_letter": no_dlq})
+    assert counter == "kept"  # comes back after the backoff, a planned retry
+    assert [c.method for c in calls] == ["update", "dead_letter", "change_visibility"]
+    assert calls[2].args == ("q", "r", 1.0) and calls[2].kwargs == {"release": True}
+    other = InvalidParameter("reason is 2015 bytes: allowed up to 1024 bytes")
+    counter, calls = drive(settle(job(), Reject("bad"), Backoff()), {"dead_letter": other})
+    assert counter == "kept"  # left leased: its lease brings it back
+    assert [c.method for c in calls] == ["update", "dead_letter"]
+
+
+def test_an_error_record_too_large_is_cut_then_skipped() -> None:
+    big = InvalidParameter("too large")
+    counter, calls = drive(settle(job(), RuntimeError("x"), Backoff()), {"update": [big, None]})
+    assert counter == "retried"
+    assert [c.method for c in calls] == ["update", "update", "change_visibility"]
+    assert calls[1].kwargs["attributes"]["error"]["traceback"] is None
+    counter, calls = drive(settle(job(), RuntimeError("x"), Backoff()), {"update": [big, big]})
+    assert counter == "retried"
 
 
 def test_a_lease_lost_before_settling_is_counted_lost_and_other_errors_leave_it() -> None:

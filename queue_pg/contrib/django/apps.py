@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -23,8 +24,25 @@ class QueuePGConfig(AppConfig):
         settings = conf.get()
         if settings.atomic:
             registry.connection = connection
+        else:  # still the app's database: a client of its own on Django's DATABASE
+            registry.client_for = _own_client
         registry.set_job_context("django", _job_context, _async_job_context)
         post_migrate.connect(_sync_queues, sender=self, dispatch_uid="queue_pg.sync_queues")
+
+
+_client: list[Any] = []
+_client_lock = threading.Lock()
+
+
+def _own_client() -> Any:
+    """ATOMIC False: a client (made once) on the database Django's DATABASE alias names."""
+    from queue_pg.client import Client
+    from queue_pg.contrib.django import dsn
+
+    with _client_lock:
+        if not _client:
+            _client.append(Client(dsn()))
+        return _client[0]
 
 
 @contextmanager

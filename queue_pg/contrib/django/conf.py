@@ -11,7 +11,8 @@
 ``ATOMIC`` (``True``)
     ``task.enqueue(...)`` without ``conn=`` sends on Django's connection, so inside
     ``transaction.atomic()`` the message commits or rolls back with it (and outside, commits at
-    once, like any autocommit write). False: enqueue uses ``queue_pg``'s own client.
+    once, like any autocommit write). False: enqueue commits by itself, with a client of its own
+    on the same database.
 """
 
 from __future__ import annotations
