@@ -111,7 +111,8 @@ def connect(dsn: str | None = None, **kwargs: Any) -> Client:
     """A Client for ``dsn``, else ``$QUEUE_PG_DSN``, else the embedded server (started or reused).
 
     Logs (INFO, logger ``queue_pg``) which database it picked, without the password.
-    ``kwargs`` go to :class:`Client` (min_size, max_size, sweep_interval).
+    ``kwargs`` go to :class:`Client` (min_size, max_size, sweep_interval, pool_timeout,
+    reconnect_max).
     """
     from queue_pg.embedded import resolve_dsn
 

@@ -55,7 +55,9 @@ class Client(ClientBase):
     async client), whose transaction they join the same way.
 
     ``sweep_interval`` (seconds, None = never): how often a receive also sweeps expired messages,
-    so a queue nobody sweeps by hand still sheds them.
+    so a queue nobody sweeps by hand still sheds them. ``pool_timeout`` (``$QUEUE_PG_POOL_TIMEOUT``,
+    30 s) is how long a call waits for a pooled connection, ``reconnect_max``
+    (``$QUEUE_PG_RECONNECT_MAX``, 1 s) the longest pause between the pool's reconnect attempts.
     """
 
     # --- queues ---------------------------------------------------------------------------------
