@@ -39,3 +39,4 @@ class Scenario:
     help: str  #: one line for ``--help``
     add_arguments: Callable[[argparse.ArgumentParser], None]  #: its own options
     run: Callable[[argparse.Namespace], int]  #: runs it; returns the exit status
+    needs_dsn: bool = True  #: False: it starts servers of its own (``--dsn`` is optional)
