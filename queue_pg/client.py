@@ -407,6 +407,20 @@ class Client(ClientBase):
         """
         return self._run(advice.queue_overview(window), conn)
 
+    def queue_overview_replica(
+        self, window: float = 600, *, conn: Connection | None = None
+    ) -> tuple[list[advice.QueueOverview], advice.ReplicaStatus]:
+        """:meth:`queue_overview` and :meth:`replica_status` in one statement: what ``queue-pg
+        top`` and the Prometheus collector read at each refresh or scrape."""
+        return self._run(advice.overview_and_replica(window), conn)
+
+    def replica_status(
+        self, *, conn: Connection | None = None
+    ) -> advice.ReplicaStatus:
+        """Whether the server is a hot standby (read-only) and how stale what it shows is: the
+        surfaces that only read (top, metrics, stats, the dashboard) may run on one."""
+        return self._run(advice.replica_status(), conn)
+
     def queue_history(
         self, queue: str | None = None, *, seconds: float = 3600,
         conn: Connection | None = None,

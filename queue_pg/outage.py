@@ -41,8 +41,9 @@ def is_connection_error(exc: BaseException) -> bool:
     sqlstate = getattr(exc, "sqlstate", None)
     if not isinstance(sqlstate, str):
         return False
-    # 08: connection exception; 57P01-3: admin shutdown, crash shutdown, cannot connect now
-    return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
+    # 08: connection exception; 57P01-3: admin shutdown, crash shutdown, cannot connect now;
+    # 25006: a read-only server (a standby, or one being promoted or demoted in a failover)
+    return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03", "25006")
 
 
 def looks_dead(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

@@ -247,7 +247,8 @@ const pages = {
       el("div", { class: "charts" },
         chart("depth:" + s.queue, "messages (last hour)", samples.get(s.queue) || [], DEPTH.filter(([l]) => l !== "delayed")),
         chart("rates:" + s.queue, "per second (last hour)", samples.get(s.queue) || [], RATES.slice(0, 3)))));
-    return [el("h2", {}, "Queues"), statsTable(overview.stats, overview.queues), ...cards];
+    const replica = overview.replica ? [el("p", { class: "replica", role: "note" }, overview.replica)] : [];
+    return [el("h2", {}, "Queues"), ...replica, statsTable(overview.stats, overview.queues), ...cards];
   },
 
   async queue() {
