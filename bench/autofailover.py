@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-__all__ = ["BIN", "Cluster", "Node", "available", "free_port"]
+__all__ = ["BIN", "Cluster", "Node", "available", "free_port", "servers_available"]
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -44,7 +44,12 @@ def available() -> str | None:
     """None if a cluster can be built here, else why not."""
     if shutil.which("pg_autoctl") is None:
         return "pg_autoctl is not installed (Debian: postgresql-15-auto-failover)"
-    if not (BIN / "pg_ctl").exists():
+    return servers_available()
+
+
+def servers_available() -> str | None:
+    """None if PostgreSQL 15 servers of our own can run here, else why not."""
+    if not (BIN / "pg_basebackup").exists():
         return f"no PostgreSQL 15 in {BIN}"
     if os.geteuid() == 0:
         try:

@@ -291,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
     markdown = "\n\n".join([
         "# Failover",
         f"{args.runs} run(s): pg_auto_failover monitor + primary + synchronous standby on one"
-        " machine; the primary's keeper and postmaster SIGKILLed; then a planned switchover.",
+        " machine; the primary's keeper and postmaster SIGKILLed"
+        + ("." if args.no_switchover else "; then a planned switchover."),
         f"Command: `{args.command_line}`",
         markdown_table(["figure", "median (max)"], rows, "lr"),
     ])

@@ -8,7 +8,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,25 +17,10 @@ from pathlib import Path
 
 import psycopg
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+from bench.autofailover import BIN, free_port
+from bench.autofailover import servers_available as available
 
-
-def available() -> str | None:
-    """None if a primary and standby can be built here, else why not."""
-    if not (BIN / "pg_basebackup").exists():
-        return f"no PostgreSQL 15 binaries in {BIN}"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            return "running as root without a postgres user"
-    return None
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["Pair", "available", "streaming_pair"]
 
 
 def _run(*args: str, timeout: float = 120) -> None:
@@ -82,7 +66,7 @@ def streaming_pair() -> Iterator[Pair]:
     if os.geteuid() == 0:
         pw = pwd.getpwnam("postgres")
         os.chown(root, pw.pw_uid, pw.pw_gid)
-    pair = Pair(_port(), _port())
+    pair = Pair(free_port(), free_port())
     started: list[Path] = []
     try:
         primary, standby = root / "primary", root / "standby"

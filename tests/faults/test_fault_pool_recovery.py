@@ -9,12 +9,8 @@ default), so a call works again within about a second of the server accepting co
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,17 +25,6 @@ pytestmark = pytest.mark.faults
 
 DOWN = 10.0  # seconds the server stays down: uncapped, the pool would next try at 15 s
 RECOVERY_BOUND = 4.0  # asserted; the measured figure is printed (about 1 s)
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedServer]:
-    folder = Path(tempfile.mkdtemp(prefix="queue_pg_pool_"))
-    server = EmbeddedServer(folder / "pgdata")
-    try:
-        yield server
-    finally:
-        server.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _writable_at(dsn: str, deadline: float) -> float:
