@@ -14,7 +14,9 @@ Layout (each scenario is one module; the rest is shared so new scenarios only ad
 - Scenarios: :mod:`bench.send`, :mod:`bench.cycle`, :mod:`bench.latency`, :mod:`bench.worker`,
   :mod:`bench.leased_head` (receive with many leased messages at the head of a queue),
   :mod:`bench.client_cpu` (the consumer's CPU per receive beside bare psycopg), the optional
-  ``bench.soak``, and :mod:`bench.run_all` (``all``: every one, then ``summary.md``).
+  ``bench.soak``, :mod:`bench.failover` (a pg_auto_failover cluster of its own,
+  :mod:`bench.autofailover`, loses its primary under traffic; no ``--dsn``), and
+  :mod:`bench.run_all` (``all``: every one but failover, then ``summary.md``).
 
 A scenario is a :class:`Scenario`: a name, a one-line help, a function adding its own options to
 its sub-command's parser, and a function running it from the parsed options (returning the exit
@@ -39,3 +41,4 @@ class Scenario:
     help: str  #: one line for ``--help``
     add_arguments: Callable[[argparse.ArgumentParser], None]  #: its own options
     run: Callable[[argparse.Namespace], int]  #: runs it; returns the exit status
+    needs_dsn: bool = True  #: False: it starts servers of its own (``--dsn`` is optional)

@@ -17,6 +17,7 @@ from bench import (
     advice,
     client_cpu,
     cycle,
+    failover,
     fifo,
     latency,
     leased_head,
@@ -50,6 +51,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     sqs.SCENARIO,
     sqs_details.SCENARIO,
     sqs_suite.SCENARIO,
+    failover.SCENARIO,
 )
 
 
@@ -63,13 +65,13 @@ def scenario_names() -> list[str]:
 DSN_ENV = ("QUEUE_PG_BENCH_DSN", "QUEUE_PG_DSN")
 
 
-def _common() -> argparse.ArgumentParser:
+def _common(*, needs_dsn: bool = True) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     default_dsn = next((os.environ[v] for v in DSN_ENV if os.environ.get(v)), None)
     common.add_argument(
         "--dsn",
         default=default_dsn,
-        required=default_dsn is None,
+        required=needs_dsn and default_dsn is None,
         help="a server to benchmark, as a libpq DSN of any database on it; the scenario works in"
         f" a scratch database it creates and drops; 'embedded': queue_pg's embedded PostgreSQL"
         f" (default: ${DSN_ENV[0]} or ${DSN_ENV[1]})",
@@ -103,10 +105,11 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m bench", description="queue_pg benchmarks (see bench/__init__.py)"
     )
     subs = top.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
-    common = _common()
+    common, own_servers = _common(), _common(needs_dsn=False)
     for scenario in SCENARIOS:
         sub = subs.add_parser(
-            scenario.name, parents=[common], help=scenario.help, description=scenario.help
+            scenario.name, parents=[common if scenario.needs_dsn else own_servers],
+            help=scenario.help, description=scenario.help,
         )
         scenario.add_arguments(sub)
         sub.set_defaults(run=scenario.run)

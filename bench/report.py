@@ -49,6 +49,7 @@ _SERVER_SETTINGS = (
     "jit",
     "max_connections",
     "autovacuum",
+    "autovacuum_naptime",
 )
 
 

@@ -1,4 +1,6 @@
-"""Scenario "soak": a steady send + receive + delete load, with a long transaction in the middle.
+"""Scenario "soak": a steady send + receive + delete load, with a long transaction in the middle,
+or (``--minutes``) the bloat soak: the same load for that long with no long transaction, sampled
+every minute.
 
 Producer processes keep a backlog of about ``--backlog`` messages (they send batches while the
 queue holds fewer); consumer processes receive a batch, then delete it (in one round trip with
@@ -11,6 +13,12 @@ From ``--hold-at`` seconds on, another connection holds a REPEATABLE READ snapsh
 forgotten ``BEGIN`` in psql): vacuum may then remove no row version deleted after that snapshot,
 the classic cause of queue bloat. The report says how throughput and size behave during the
 hold and how fast they recover after it.
+
+Every sample also records each table group's size (table + indexes) and dead tuples: the queue
+(``messages``), the history (``message_history`` and its day partitions, how many), the counters
+(``queue_counters`` and the other small tables updated in place). The bloat soak judges whether
+sizes plateau (the last :data:`PLATEAU` seconds grow less than 5%) and throughput holds (the last
+:data:`PLATEAU` seconds at least 90% of the first), and charts both (``--chart``).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import Scenario, db
@@ -29,6 +38,34 @@ __all__ = ["SCENARIO", "run"]
 
 RESULT_NAME = "soak"
 QUEUE = "soak"
+
+#: Each queue_pg table's group: the queue, the history (its day partitions too), or the rest
+#: (counters and the small tables updated in place).
+_GROUPS_SQL = """
+SELECT CASE WHEN c.relname = 'messages' THEN 'messages'
+            WHEN c.relname ~ '^message_history' THEN 'history'
+            ELSE 'counters' END AS grp,
+       sum(pg_table_size(c.oid) + pg_indexes_size(c.oid))::bigint,
+       sum(coalesce(s.n_dead_tup, 0))::bigint,
+       sum(coalesce(s.autovacuum_count + s.vacuum_count, 0))::bigint,
+       count(*) FILTER (WHERE c.relname ~ '^message_history_[0-9]{8}$')
+FROM pg_class c
+LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
+WHERE c.relnamespace = 'queue_pg'::regnamespace AND c.relkind = 'r'
+GROUP BY 1
+"""
+
+GROUPS = ("messages", "history", "counters")
+
+
+def _groups(conn: Any) -> dict[str, dict[str, int]]:
+    """Size (table + indexes, bytes), dead tuples, vacuums and day partitions of each group."""
+    out = {g: {"bytes": 0, "dead": 0, "vacuums": 0, "partitions": 0} for g in GROUPS}
+    for grp, size, dead, vacuums, parts in conn.execute(_GROUPS_SQL).fetchall():
+        out[grp] = {"bytes": int(size), "dead": int(dead), "vacuums": int(vacuums),
+                    "partitions": int(parts)}
+    return out
+
 
 _SIZES_SQL = """
 SELECT pg_relation_size('queue_pg.messages'), pg_indexes_size('queue_pg.messages'),
@@ -50,11 +87,17 @@ class Params:
     visibility_timeout: float
     payload_bytes: int
     database: str
+    history_retention: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Params:
-        seconds = args.seconds * args.scale
-        hold = min(args.hold, seconds / 2) if args.scale < 1 else args.hold
+        minutes = getattr(args, "minutes", None)
+        seconds = (minutes * 60 if minutes is not None else args.seconds) * args.scale
+        # the bloat soak (--minutes): no long transaction unless asked, a sample a minute
+        hold = args.hold if args.hold is not None else (0.0 if minutes is not None else 60.0)
+        hold = min(hold, seconds / 2) if args.scale < 1 else hold
+        sample = args.sample if args.sample is not None else (60.0 if minutes is not None
+                                                              else 2.0)
         hold_at = args.hold_at if args.hold_at is not None else max(0.0, (seconds - hold) / 2)
         return cls(
             seconds=seconds,
@@ -64,18 +107,23 @@ class Params:
             consumers=args.consumers,
             batch=args.batch,
             backlog=args.backlog,
-            sample=args.sample,
+            sample=sample,
             visibility_timeout=args.visibility_timeout,
             payload_bytes=args.payload_bytes,
             database=args.database,
+            history_retention=args.history_retention,
         )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=120.0,
                         help="length of the run (default 120; 1800 for a release)")
-    parser.add_argument("--hold", type=float, default=60.0,
-                        help="seconds the long transaction stays open (default 60)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="the bloat soak: this long (30 for a release), no long transaction,"
+                             " a sample a minute; judged on size plateau and throughput")
+    parser.add_argument("--hold", type=float, default=None,
+                        help="seconds the long transaction stays open (default 60; 0 with"
+                             " --minutes)")
     parser.add_argument("--hold-at", type=float, default=None,
                         help="when it opens (default: so that it sits in the middle)")
     parser.add_argument("--producers", type=int, default=1)
@@ -83,7 +131,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=10, help="send and receive batch size")
     parser.add_argument("--backlog", type=int, default=2000,
                         help="producers keep about this many messages queued (default 2000)")
-    parser.add_argument("--sample", type=float, default=2.0, help="seconds between samples")
+    parser.add_argument("--sample", type=float, default=None,
+                        help="seconds between samples (default 2; 60 with --minutes)")
+    parser.add_argument("--history-retention", type=float, default=None,
+                        help="the queue's history_retention in seconds (default: the queue's)")
+    parser.add_argument("--chart", type=Path, default=None,
+                        help="also write the sizes and throughput chart to this PNG")
     parser.add_argument("--visibility-timeout", type=float, default=30.0)
     parser.add_argument("--payload-bytes", type=int, default=64)
 
@@ -105,7 +158,10 @@ def _producer(dsn: str, p: Params, sent: Any, deleted: Any, stop: Any) -> None:
 def _consumer(dsn: str, p: Params, deleted: Any, stop: Any) -> None:
     import queue_pg
 
-    with queue_pg.Client(dsn, sweep_interval=None) as client:
+    # the bloat soak sweeps as a deployment does (each client once a minute: expired messages,
+    # history retention and partitions, samples); the hold scenario keeps sweeps out
+    sweep = None if p.hold > 0 else 60.0
+    with queue_pg.Client(dsn, sweep_interval=sweep) as client:
         done: list[str] = []
         while not stop.is_set():
             got = client.receive(QUEUE, p.batch, visibility_timeout=p.visibility_timeout,
@@ -137,6 +193,9 @@ def _prepare(dsn: str, p: Params) -> None:
     with db.connect(dsn) as conn:
         conn.execute("SELECT queue_pg.create_queue(%s, visibility_timeout => %s)",
                      [QUEUE, p.visibility_timeout])
+        if p.history_retention is not None:
+            conn.execute("SELECT queue_pg.alter_queue(%s, history_retention => %s)",
+                         [QUEUE, p.history_retention])
         conn.execute("CREATE TABLE app_report AS SELECT g AS id FROM generate_series(1, 1000) g")
         db.fill(conn, QUEUE, p.backlog, batch_size=1000, payload_bytes=p.payload_bytes)
         db.vacuum_analyze(conn)
@@ -164,7 +223,7 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
         next_at = began + p.sample
         while True:
             now = time.monotonic()
-            if hold_started is None and now - began >= p.hold_at:
+            if hold_started is None and p.hold > 0 and now - began >= p.hold_at:
                 holder.start()
                 hold_ready.wait(30)
                 hold_started = time.monotonic() - began
@@ -175,6 +234,7 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                 assert row is not None
                 heap, index, live = row
                 server = db.server_activity(conn, ["queue_pg.messages"])
+                groups = _groups(conn)
                 dead = server["dead_tuples"]
                 t = now - began
                 holding = hold_started is not None and t - hold_started < p.hold + p.sample / 2
@@ -185,6 +245,7 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                     "live_tuples": live, "dead_tuples": dead, "vacuums": server["vacuums"],
                     "checkpoints": server["checkpoints"], "wal_bytes": server["wal_bytes"],
                     "holding": bool(holding and hold_started is not None and t >= hold_started),
+                    "groups": groups,
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""
                 log(f"  {t:6.1f} s  {rate:8.0f} msg/s  heap {heap / 2**20:7.1f} MiB  index "
@@ -207,6 +268,72 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
 #: windows that span several vacuum cycles.
 WINDOW = 60.0
 RECOVERY_WINDOW = 20.0
+#: The bloat soak's windows: sizes must grow < 5% over the last PLATEAU seconds, and throughput
+#: then be ≥ 90% of the first PLATEAU seconds' (a third of the run when it is shorter).
+PLATEAU = 600.0
+
+
+def bloat_summary(samples: list[dict[str, Any]], p: Params) -> dict[str, Any]:
+    """Growth of each table group over the last window, and throughput last vs first window."""
+    if not samples:
+        return {}
+    window = min(PLATEAU, p.seconds / 3)
+    last = samples[-1]
+    mark = min(samples, key=lambda s: abs(s["t"] - (last["t"] - window)))
+    growth: dict[str, float | None] = {}
+    for g in GROUPS:
+        before = mark["groups"][g]["bytes"]
+        growth[g] = (last["groups"][g]["bytes"] / before - 1) if before else None
+    first = [s for s in samples if s["t"] <= samples[0]["t"] + window]
+    final = [s for s in samples if s["t"] > last["t"] - window]
+    start, end = _mean(first), _mean(final)
+    plateau = all((grow := growth[g]) is not None and grow < 0.05 for g in ("messages", "counters"))
+    return {
+        "window_seconds": window,
+        "growth": growth,
+        "plateau": plateau,
+        "start_msgs_per_s": start,
+        "end_msgs_per_s": end,
+        "end_vs_start": end / start if start else None,
+        "throughput_held": bool(start and end / start >= 0.9),
+        "sizes_end": {g: last["groups"][g]["bytes"] for g in GROUPS},
+        "dead_end": {g: last["groups"][g]["dead"] for g in GROUPS},
+        "vacuums": {g: last["groups"][g]["vacuums"] - samples[0]["groups"][g]["vacuums"]
+                    for g in GROUPS},
+        "partitions": [samples[0]["groups"]["history"]["partitions"],
+                       last["groups"]["history"]["partitions"]],
+        "messages_processed": last["deleted"],
+    }
+
+
+def bloat_chart(samples: list[dict[str, Any]], path: Path) -> Path | None:
+    """Sizes of each group and throughput over time, as a PNG (needs matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes = [s["t"] / 60 for s in samples]
+    fig, (sizes, rate) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for g in GROUPS:
+        sizes.plot(minutes, [s["groups"][g]["bytes"] / 2**20 for s in samples], label=g,
+                   marker=".")
+    sizes.set_ylabel("table + indexes (MiB)")
+    sizes.legend()
+    sizes.grid(alpha=0.3)
+    rate.plot(minutes, [s["msgs_per_s"] for s in samples], color="black", marker=".")
+    rate.set_ylabel("messages deleted / s")
+    rate.set_xlabel("minutes")
+    rate.set_ylim(bottom=0)
+    rate.grid(alpha=0.3)
+    fig.suptitle("soak: send + receive + delete, batch 10, autovacuum as shipped")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def _mean(samples: list[dict[str, Any]]) -> float:
@@ -273,6 +400,8 @@ def run(args: argparse.Namespace) -> int:
         log(f"soak: {p.seconds:.0f} s, {p.producers} producer(s), {p.consumers} consumer(s), "
             f"batch {p.batch}, hold {p.hold:.0f} s at {p.hold_at:.0f} s")
         samples = _run_load(dsn, p, log)
+    if p.hold <= 0:
+        return _report_bloat(args, p, machine, samples, log)
     summary = summarize(samples, p)
     mib = 2**20
 
@@ -311,9 +440,57 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
+                  samples: list[dict[str, Any]], log: Any) -> int:
+    summary = bloat_summary(samples, p)
+    mib = 2**20
+    window = f"{summary['window_seconds'] / 60:.0f} min"
+    server = machine.get("server_settings", {})
+    rows: list[tuple[str, str]] = [
+        ("server autovacuum, naptime",
+         f"{server.get('autovacuum', '?')}, {server.get('autovacuum_naptime', '?')}"),
+        (f"throughput, first / last {window} (mean)",
+         f"{summary['start_msgs_per_s']:,.0f} / {summary['end_msgs_per_s']:,.0f} msg/s"
+         f" ({summary['end_vs_start']:.0%}; target ≥ 90%)"),
+    ]
+    for g in GROUPS:
+        grow = summary["growth"][g]
+        rows.append((f"{g}: size at the end, growth over the last {window}",
+                     f"{summary['sizes_end'][g] / mib:,.1f} MiB, "
+                     + (f"{grow:+.1%}" if grow is not None else "n/a")
+                     + (" (target < 5%)" if g != "history" else " (grows until retention)")))
+        rows.append((f"{g}: dead tuples at the end, vacuums during the run",
+                     f"{summary['dead_end'][g]:,} / {summary['vacuums'][g]}"))
+    rows.append(("history day partitions, start / end",
+                 " / ".join(str(n) for n in summary["partitions"])))
+    rows.append(("messages processed", f"{summary['messages_processed']:,}"))
+    table = markdown_table(
+        ["minute", "msg/s", *[f"{g} MiB" for g in GROUPS], "messages dead"],
+        [(f"{s['t'] / 60:.1f}", f"{s['msgs_per_s']:,.0f}",
+          *[f"{s['groups'][g]['bytes'] / mib:,.1f}" for g in GROUPS],
+          f"{s['groups']['messages']['dead']:,}") for s in samples],
+        "rrrrrr")
+    markdown = "\n\n".join([
+        "# Soak (bloat)",
+        f"Machine: {machine_line(machine)}",
+        f"Command: `{args.command_line}`",
+        markdown_table(["figure", "value"], rows, "lr"),
+        table,
+    ])
+    data = {"scenario": RESULT_NAME, "params": p.__dict__, "dsn": redact_dsn(args.dsn),
+            "machine": machine, "summary": summary, "samples": samples}
+    for path in write_results(args.out, RESULT_NAME, data, markdown):
+        log(f"wrote {path}")
+    if args.chart is not None and bloat_chart(samples, args.chart) is not None:
+        log(f"wrote {args.chart}")
+    log(markdown)
+    return 0
+
+
 SCENARIO = Scenario(
     name="soak",
-    help="steady load with a 60 s open transaction in the middle: throughput, bloat, recovery",
+    help="steady load with a 60 s open transaction in the middle (or --minutes N: the bloat"
+         " soak): throughput, bloat, recovery",
     add_arguments=add_arguments,
     run=run,
 )

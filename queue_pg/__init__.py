@@ -32,6 +32,7 @@ from queue_pg.errors import (
     QueueError,
     QueueInUse,
     QueueNotFound,
+    ReadOnlyServer,
     RedriveInProgress,
     RedriveTaskNotFound,
     SchemaMissing,
@@ -90,6 +91,7 @@ __all__ = [
     "QueueNotFound",
     "QueueSettings",
     "QueueStats",
+    "ReadOnlyServer",
     "RedriveAllow",
     "RedriveInProgress",
     "RedriveTask",
@@ -115,7 +117,8 @@ def connect(dsn: str | None = None, **kwargs: Any) -> Client:
     """A Client for ``dsn``, else ``$QUEUE_PG_DSN``, else the embedded server (started or reused).
 
     Logs (INFO, logger ``queue_pg``) which database it picked, without the password.
-    ``kwargs`` go to :class:`Client` (min_size, max_size, sweep_interval).
+    ``kwargs`` go to :class:`Client` (min_size, max_size, sweep_interval, pool_timeout,
+    reconnect_max).
     """
     from queue_pg.embedded import resolve_dsn
 

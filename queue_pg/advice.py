@@ -22,6 +22,7 @@ __all__ = [
     "QueueHealth",
     "QueueOverview",
     "QueueSample",
+    "ReplicaStatus",
     "Route",
     "SplitPart",
     "TimeoutAdvice",
@@ -115,6 +116,27 @@ class QueueSample:
     deleted_per_s: float | None
     lease_expiries_per_s: float | None
     stale_receipts_per_s: float | None
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """``queue_pg.replica_status()``: whether the server is a hot standby, and how old what it
+    shows is (the commit time of the last transaction it replayed, and its age in seconds)."""
+
+    standby: bool
+    replayed_at: datetime | None
+    replay_age: float | None
+    replay_pending: bool | None
+
+    def line(self) -> str | None:
+        """One line for a surface; None on a primary."""
+        if not self.standby:
+            return None
+        if self.replay_age is None:
+            return "hot standby (read-only): nothing replayed yet"
+        pending = ", WAL waiting to be replayed" if self.replay_pending else ""
+        return (f"hot standby (read-only): as of the last replayed commit,"
+                f" {self.replay_age:.1f}s ago{pending}")
 
 
 @dataclass(frozen=True)
@@ -292,6 +314,35 @@ def queue_overview(window: float = 600) -> Call[list[QueueOverview]]:
         {"window": window},
         _rows(QueueOverview),
     )
+
+
+def overview_and_replica(
+    window: float = 600,
+) -> Call[tuple[list[QueueOverview], ReplicaStatus]]:
+    """:func:`queue_overview` and :func:`replica_status` in one statement: a surface's whole
+    read (the replica's columns ride on every row; one row of NULL queue when none is seen)."""
+    replica = [f.name for f in fields(ReplicaStatus)]
+    overview = _rows(QueueOverview)
+
+    def decode(columns: Columns, rows: Rows) -> tuple[list[QueueOverview], ReplicaStatus]:
+        index = [columns.index(f"replica_{n}") for n in replica]
+        status = ReplicaStatus(*[rows[0][i] for i in index]) if rows else ReplicaStatus(
+            False, None, None, None)
+        at = columns.index("queue")
+        return overview(columns, [r for r in rows if r[at] is not None]), status
+
+    return Call(
+        "select o.*, " + ", ".join(f"r.{n} as replica_{n}" for n in replica)
+        + " from queue_pg.replica_status() r left join lateral queue_pg.queue_overview("
+        "queue_pg.now() - make_interval(secs => %(window)s::float8), queue_pg.now()) o on true",
+        {"window": window},
+        decode,
+    )
+
+
+def replica_status() -> Call[ReplicaStatus]:
+    """Whether the server is a hot standby, and how stale it is."""
+    return Call("select * from queue_pg.replica_status()", {}, _first(ReplicaStatus))
 
 
 def queue_history(queue: str | None = None, seconds: float = 3600) -> Call[list[QueueSample]]:

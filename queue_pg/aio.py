@@ -66,6 +66,10 @@ class AsyncClient(AsyncClientBase):
     as heartbeat consumers. ``listen_dsn`` (None: ``QUEUE_PG_LISTEN_DSN``): a DSN that reaches
     PostgreSQL directly, for the long poll's LISTEN; behind a transaction pooler without one,
     long polls look again every second (see docs/operations.md, "Behind a connection pooler").
+
+    ``pool_timeout`` (``$QUEUE_PG_POOL_TIMEOUT``, 30 s) is how long a call waits for a pooled
+    connection, ``reconnect_max`` (``$QUEUE_PG_RECONNECT_MAX``, 1 s) the longest pause between
+    the pool's reconnect attempts.
     """
 
     # --- queues ---------------------------------------------------------------------------------
@@ -443,6 +447,20 @@ class AsyncClient(AsyncClientBase):
         seconds (what ``queue-pg top`` and the Prometheus collector read).
         """
         return await self._run(advice.queue_overview(window), conn)
+
+    async def queue_overview_replica(
+        self, window: float = 600, *, conn: AsyncConnection | None = None
+    ) -> tuple[list[advice.QueueOverview], advice.ReplicaStatus]:
+        """:meth:`queue_overview` and :meth:`replica_status` in one statement: what ``queue-pg
+        top`` and the Prometheus collector read at each refresh or scrape."""
+        return await self._run(advice.overview_and_replica(window), conn)
+
+    async def replica_status(
+        self, *, conn: AsyncConnection | None = None
+    ) -> advice.ReplicaStatus:
+        """Whether the server is a hot standby (read-only) and how stale what it shows is: the
+        surfaces that only read (top, metrics, stats, the dashboard) may run on one."""
+        return await self._run(advice.replica_status(), conn)
 
     async def queue_history(
         self, queue: str | None = None, *, seconds: float = 3600,

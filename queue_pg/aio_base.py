@@ -20,6 +20,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from queue_pg import _ops, decode, outage  # async-only
 
@@ -114,6 +115,21 @@ async def _resolve(value: Any) -> Any:
     return value
 
 
+class _OwnPool(AsyncConnectionPool[Any]):
+    """The client's own pool: reconnects with its backoff capped at ``reconnect_max``."""
+
+    def __init__(self, conninfo: str, *, reconnect_max: float, **kwargs: Any) -> None:
+        self.reconnect_max = reconnect_max
+        super().__init__(conninfo, **kwargs)
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        if attempt is None:
+            attempt = outage.CappedAttempt(timeout=self.reconnect_timeout, cap=self.reconnect_max)
+        await super()._add_connection(attempt, growing)
+
+
 class AsyncClientBase:
     """What both clients do besides calling SQL: own or borrow connections, keep their
     transactions whole, long-poll on LISTEN, sweep now and then, notice a lost server."""
@@ -128,6 +144,8 @@ class AsyncClientBase:
         sweep_interval: float | None = 60.0,
         pooler: str | None = None,
         listen_dsn: str | None = None,
+        pool_timeout: float | None = None,
+        reconnect_max: float | None = None,
     ) -> None:
         # what sits between this client and PostgreSQL (queue_pg.dsn.POOLERS): the argument, the
         # DSN's queue_pg_pooler option, or QUEUE_PG_POOLER; and a DSN that reaches the server
@@ -146,6 +164,10 @@ class AsyncClientBase:
         # sync: self._open_lock = threading.Lock()
         self._min_size = min_size
         self._max_size = max_size
+        # how long a call waits for a pooled connection (e.g. during an outage) before it fails,
+        # and the longest pause between the pool's reconnect attempts
+        self._pool_timeout = outage.client_setting(pool_timeout, "QUEUE_PG_POOL_TIMEOUT", 30.0)
+        self._reconnect_max = outage.client_setting(reconnect_max, "QUEUE_PG_RECONNECT_MAX", 1.0)
         # warns once when the server is lost, informs when it is back (see queue_pg.outage)
         self._outage = outage.Outage(logging.getLogger("queue_pg.client"), "queue_pg client")
         if isinstance(source, AsyncConnectionPool):
@@ -182,10 +204,13 @@ class AsyncClientBase:
         sweep_interval: float | None = 60.0,
         pooler: str | None = None,
         listen_dsn: str | None = None,
+        pool_timeout: float | None = None,
+        reconnect_max: float | None = None,
     ) -> Self:
         """Create a client and open its pool (the async client cannot in its constructor)."""
         client = cls(source, min_size=min_size, max_size=max_size, sweep_interval=sweep_interval,
-                     pooler=pooler, listen_dsn=listen_dsn)
+                     pooler=pooler, listen_dsn=listen_dsn, pool_timeout=pool_timeout,
+                     reconnect_max=reconnect_max)
         await client._ensure_open()
         return client
 
@@ -212,8 +237,10 @@ class AsyncClientBase:
                 with translating():
                     await (await psycopg.AsyncConnection.connect(
                         dsn, connect_timeout=10, **self._connect_kwargs())).close()
-                pool = AsyncConnectionPool(
+                pool = _OwnPool(
                     dsn,
+                    reconnect_max=self._reconnect_max,
+                    timeout=self._pool_timeout,
                     min_size=self._min_size,
                     max_size=self._max_size,
                     kwargs={"autocommit": True, **self._connect_kwargs()},
@@ -263,6 +290,10 @@ class AsyncClientBase:
             await outage.acheck(conn)
         except Exception as exc:
             self._outage.failed(exc)
+            # the server went away: its other idle connections are dead too. Drop them now, so
+            # that the pool's growing pauses between failed checks do not delay the recovery.
+            if self._pool is not None:
+                await self._pool.check()
             raise
 
     @contextmanager

@@ -34,6 +34,7 @@ __all__ = [
     "QueueError",
     "QueueInUse",
     "QueueNotFound",
+    "ReadOnlyServer",
     "RedriveInProgress",
     "RedriveTaskNotFound",
     "SchemaMissing",
@@ -172,6 +173,16 @@ class ServerUnavailable(QueueError, psycopg.OperationalError):
     diag: Diagnostic | None = None  # type: ignore[assignment]  # not psycopg.Error's property
 
 
+class ReadOnlyServer(ServerUnavailable):
+    """The server takes no writes: a hot standby (``pg_is_in_recovery()``), or one set read-only
+    (a standby being promoted). What only reads (stats, top, metrics, the dashboard) runs there;
+    sends, receives, deletes and migrations need the primary.
+
+    A ``ServerUnavailable``: during a failover or switchover a connection may meet a server that
+    is about to go read-only or writable, and workers wait that out as any outage.
+    """
+
+
 class SchemaMissing(QueueError):
     """queue_pg is not installed in this database, or is older than this package's functions."""
 
@@ -181,6 +192,13 @@ SCHEMA_MISSING_SQLSTATES = frozenset({"3F000", "42883", "42P01"})
 #: Server codes that mean "no server right now": class 08 (connection exception) and 57P01-3
 #: (admin shutdown, crash shutdown, cannot connect now).
 SERVER_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+#: read_only_sql_transaction: a write on a hot standby, or on a server set read-only
+READ_ONLY_SQLSTATE = "25006"
+#: Shown with every ReadOnlyServer.
+READ_ONLY_HINT = (
+    "this server is a hot standby or read-only: writes need the primary; name every node in the"
+    " DSN with target_session_attrs=read-write (postgresql://h1,h2/db?target_session_attrs=read-write)"
+)
 
 
 #: Codes of a statement the server does not know or already has: prepared statements that a
@@ -208,6 +226,9 @@ def _door_error(exc: psycopg.Error) -> QueueError | None:
             f"queue_pg is not installed in this database ({SCHEMA_HINT}): {detail}",
             sqlstate=exc.sqlstate, diag=exc.diag,
         )
+    if exc.sqlstate == READ_ONLY_SQLSTATE:
+        return ReadOnlyServer(f"the database takes no writes: {detail}\nhint: {READ_ONLY_HINT}",
+                              sqlstate=exc.sqlstate, diag=exc.diag)
     if _unavailable(exc):
         return ServerUnavailable(f"cannot reach the database: {detail}\nhint: {SERVER_HINT}",
                                  sqlstate=exc.sqlstate, diag=exc.diag)

@@ -10,6 +10,7 @@ DBA-installed database can be "migrated" by a role that may not replace the func
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Iterator
@@ -69,6 +70,7 @@ class MigrationResult:
     before: str | None  #: revision before the upgrade (None: not installed)
     after: str | None  #: revision now (the head after a successful upgrade)
     api_applied: bool  #: whether the sql/api files were (re-)applied
+    standby: bool = False  #: the server is a hot standby: nothing was done (migrate the primary)
 
     @property
     def upgraded(self) -> bool:
@@ -132,6 +134,17 @@ def migrate(target: Target, *, reapply_api: bool | None = None) -> MigrationResu
     """
     result: dict[str, MigrationResult] = {}
     with _ALEMBIC_LOCK, _sa_connection(target) as conn:
+        began = not conn.in_transaction()
+        standby = conn.exec_driver_sql("SELECT pg_is_in_recovery()").scalar()
+        if began:  # the check's own transaction: alembic begins the migration's
+            conn.rollback()
+        if standby:
+            # a hot standby takes no writes; the primary's migration reaches it by replication
+            revision = _read_revision(_driver(conn))
+            logging.getLogger("queue_pg").warning(
+                "queue_pg migrate: the server is a hot standby (read-only), nothing to do here;"
+                " migrate the primary (this standby is at revision %s)", revision)
+            return MigrationResult(revision, revision, api_applied=False, standby=True)
         cfg = alembic_config(connection=conn, reapply_api=reapply_api, result=result)
         command.upgrade(cfg, "head")
     return result["result"]

@@ -1,9 +1,11 @@
 """Prometheus metrics of every queue (``pip install 'queue-pg[dashboard]'``).
 
-A custom collector: each scrape runs ONE query (``queue_pg.queue_overview``), whatever the number
-of queues, and turns its columns into metric families named by Prometheus conventions. Figures
-are SQL's; this module only names them. Serve them with ``queue-pg metrics --port 9464``, or
-mount :func:`wsgi_app` / :func:`asgi_app` in a server of your own.
+A custom collector: each scrape runs ONE query (``queue_pg.queue_overview``, with
+``queue_pg.replica_status``: on a hot standby, how stale the figures are), whatever the number of
+queues, and turns its columns into metric families named by Prometheus conventions. Figures are
+SQL's; this module only names them. Serve them with
+``queue-pg metrics --port 9464``, or mount :func:`wsgi_app` / :func:`asgi_app` in a server of
+your own.
 """
 
 from __future__ import annotations
@@ -86,13 +88,18 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """The families of one read; queue_pg_up 0 (and nothing else) when the read fails."""
         try:
-            rows = self.client.queue_overview(self.window)
+            rows, replica = self.client.queue_overview_replica(self.window)
         except Exception:
             log.exception("queue_pg metrics: reading queue_overview failed")
             yield GaugeMetricFamily("queue_pg_up", "Whether the last scrape read the database.", 0)
             return
         yield GaugeMetricFamily("queue_pg_up", "Whether the last scrape read the database.", 1)
         yield from families(rows, self.window)
+        if replica.standby and replica.replay_age is not None:
+            yield GaugeMetricFamily(
+                "queue_pg_replica_replay_age_seconds",
+                "On a hot standby: age of the last replayed commit (how stale the figures are).",
+                replica.replay_age)
 
 
 def families(rows: Sequence[QueueOverview], window: float) -> Iterator[Metric]:

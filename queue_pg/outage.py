@@ -17,6 +17,7 @@ redelivered message is the at-least-once promise, not a loss).
 from __future__ import annotations
 
 import logging
+import os
 import random
 import select
 import threading
@@ -25,8 +26,12 @@ from typing import Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
-__all__ = ["Outage", "acheck", "check", "is_connection_error", "looks_dead"]
+from queue_pg.errors import InvalidParameter
+
+__all__ = ["CappedAttempt", "Outage", "acheck", "check", "client_setting", "is_connection_error",
+           "looks_dead"]
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -38,8 +43,9 @@ def is_connection_error(exc: BaseException) -> bool:
         return True
     if not isinstance(sqlstate, str):
         return False
-    # 08: connection exception; 57P01-3: admin shutdown, crash shutdown, cannot connect now
-    return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
+    # 08: connection exception; 57P01-3: admin shutdown, crash shutdown, cannot connect now;
+    # 25006: a read-only server (a standby, or one being promoted or demoted in a failover)
+    return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03", "25006")
 
 
 def looks_dead(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -136,6 +142,33 @@ class Outage:
             failures, self.since, self.failures = self.failures, None, 0
         self.logger.info("%s: working again after %.2fs (%d failed tries); reconnected",
                          self.what, took, failures)
+
+
+class CappedAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect backoff (1 s, 2 s, 4 s ...) with its pause capped: after an
+    outage of any length the pool tries again within ``cap`` seconds of the server's return."""
+
+    def __init__(self, *, timeout: float, cap: float) -> None:
+        super().__init__(timeout=timeout)
+        self.cap = cap
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.cap)
+
+
+def client_setting(value: float | None, env: str, default: float) -> float:
+    """An argument, else the environment variable ``env``, else the default; > 0 or refused."""
+    if value is None:
+        text = os.environ.get(env, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            raise InvalidParameter(f"{env} must be a number of seconds, not {text!r}") from None
+    if not 0 < value <= 3600:
+        raise InvalidParameter(f"{env.removeprefix('QUEUE_PG_').lower()} must be > 0 and"
+                               f" <= 3600 seconds, not {value!r}")
+    return float(value)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -140,6 +140,7 @@ class TopApp(App[None]):
         self.previous: dict[str, QueueOverview] = {}
         self.selected: str | None = None
         self.detail_of: str | None = None
+        self.replica: str | None = None  # how stale a hot standby is (None on a primary)
         self._busy = False
 
     def compose(self) -> ComposeResult:
@@ -178,7 +179,8 @@ class TopApp(App[None]):
             return
         self._busy = True
         try:
-            rows = await self.client.queue_overview(self.window)
+            rows, replica = await self.client.queue_overview_replica(self.window)
+            self.replica = replica.line()
             self.previous = self.rows
             self.rows = {r.queue: r for r in rows}
             self._fill_queues()
@@ -213,7 +215,8 @@ class TopApp(App[None]):
         self.selected = self._highlighted()
         arrow = "↓" if self.sort_reverse else "↑"
         label = next(c.label for c in COLUMNS if c.key == self.sort_key)
-        self.sub_title = f"{len(self.rows)} queues · sorted by {label} {arrow}"
+        parts = [f"{len(self.rows)} queues", f"sorted by {label} {arrow}", self.replica]
+        self.sub_title = " · ".join(p for p in parts if p)
 
     def _highlighted(self) -> str | None:
         table = self.query_one("#queues", DataTable)

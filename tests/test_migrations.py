@@ -374,3 +374,33 @@ def test_include_object_keeps_the_users_autogenerate_away_from_our_tables(dsn: s
             assert diff(both, include_object=tables.include_object) == [("add_table", "app_orders")]
     finally:
         engine.dispose()
+
+
+def _reloptions(dsn: str) -> dict[str, list[str]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT c.relname, coalesce(c.reloptions, '{}'), coalesce(t.reloptions, '{}')"
+            " FROM pg_class c LEFT JOIN pg_class t ON t.oid = c.reltoastrelid"
+            " WHERE c.oid IN ('queue_pg.messages'::regclass, 'queue_pg.dedup'::regclass)"
+        ).fetchall()
+    return {name: sorted([*heap, *(f"toast.{o}" for o in toast)]) for name, heap, toast in rows}
+
+
+def test_autovacuum_settings_of_revision_0021_and_its_downgrade(scratch: str) -> None:
+    """messages' TOAST table is vacuumed by row count like its heap, dedup without cost delay;
+    the downgrade puts back what 0001 and 0009 set, and nothing else."""
+    migrate(scratch)
+    now = _reloptions(scratch)
+    assert {"toast.autovacuum_vacuum_scale_factor=0", "toast.autovacuum_vacuum_threshold=5000",
+            "toast.autovacuum_vacuum_cost_delay=0", "autovacuum_vacuum_threshold=5000",
+            "fillfactor=80"} <= set(now["messages"])
+    assert {"autovacuum_vacuum_cost_delay=0", "autovacuum_vacuum_threshold=5000",
+            "autovacuum_analyze_threshold=20000"} <= set(now["dedup"])
+    downgrade(scratch, "0015")
+    before = _reloptions(scratch)
+    assert not [o for o in before["messages"] if o.startswith("toast.")]
+    assert "autovacuum_vacuum_threshold=5000" in before["messages"]
+    assert before["dedup"] == ["autovacuum_vacuum_scale_factor=0",
+                               "autovacuum_vacuum_threshold=5000"]
+    migrate(scratch)
+    assert _reloptions(scratch) == now

@@ -1,7 +1,7 @@
 """SQS queue attributes and permissions kept for the endpoint: sql/schema/0019_sqs_attributes.sql.
 
 Revision ID: 0019
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-27 03:00:00
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from queue_pg.install import run_schema_file, run_sql
 
 revision: str = "0019"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

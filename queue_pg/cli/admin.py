@@ -22,7 +22,11 @@ def migrate(state: State, reapply_api: bool) -> None:
     from queue_pg.install import migrate as run_migrate
 
     result = run_migrate(state.dsn, reapply_api=True if reapply_api else None)
-    if result.before is None:
+    if result.standby:
+        out().print(f"nothing to do: this server is a hot standby (read-only, revision"
+                    f" {result.after}); run migrate against the primary, replication brings the"
+                    " schema here")
+    elif result.before is None:
         out().print(f"installed queue_pg (revision {result.after})")
     elif result.upgraded:
         out().print(f"upgraded queue_pg from revision {result.before} to {result.after}")

@@ -96,6 +96,9 @@ def stats(state: State, queue: str | None, watch: bool, flows: str) -> None:
     def table() -> Table:
         return health_table(client.queue_health(queue), flows)
 
+    replica = client.replica_status().line()
+    if replica:  # a hot standby: say how stale what it shows is
+        err().print(f"[dim]{shown(replica)}[/dim]")
     if not watch:
         out().print(table())
         return

@@ -365,6 +365,7 @@ def _overview(client: Client) -> dict[str, Any]:
     seen = {s.queue for s in stats}
     return {
         "stats": stats,
+        "replica": client.replica_status().line(),  # how stale a hot standby's figures are
         "queues": [{"name": q.name, "dead_letter_queue": q.dead_letter_queue,
                     "visibility_timeout": q.visibility_timeout}
                    for q in client.list_queues() if q.name in seen],

@@ -450,3 +450,20 @@ SELECT p.* FROM (SELECT queue_pg.now() AS t) n,
 CREATE OR REPLACE VIEW queue_pg.timeout_advice AS
 SELECT a.* FROM (SELECT queue_pg.now() AS t) n,
      LATERAL queue_pg.timeout_advice(n.t - interval '24 hours', n.t) a;
+
+-- What a hot standby shows is as old as the last transaction it replayed: the read-only surfaces
+-- (queue-pg top, metrics, stats, the dashboard) run there too and say how old. On a primary:
+-- standby false and the rest NULL. replay_age grows on a quiet primary's standby too (nothing new
+-- to replay); replay_pending says whether WAL it received still waits to be replayed.
+CREATE OR REPLACE FUNCTION queue_pg.replica_status(
+    OUT standby boolean, OUT replayed_at timestamptz, OUT replay_age double precision,
+    OUT replay_pending boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT r,
+           CASE WHEN r THEN pg_catalog.pg_last_xact_replay_timestamp() END,
+           CASE WHEN r THEN extract(epoch FROM pg_catalog.clock_timestamp()
+                                               - pg_catalog.pg_last_xact_replay_timestamp())::float8 END,
+           CASE WHEN r THEN pg_catalog.pg_last_wal_receive_lsn()
+                            IS DISTINCT FROM pg_catalog.pg_last_wal_replay_lsn() END
+    FROM pg_catalog.pg_is_in_recovery() r
+$$;

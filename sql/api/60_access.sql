@@ -176,7 +176,7 @@ BEGIN
                                       '_in_flight_messages', '_dead_letters', '_tuning_log',
                                       'processing_times', 'timeout_advice', 'tune', 'alter_tuning',
                                       'add_route', 'drop_route', 'list_routes', 'split',
-                                      'queue_overview',
+                                      'queue_overview', 'replica_status',
                                       -- periodic tasks (52_periodic.sql)
                                       'set_schedule', 'drop_schedule', 'fire_schedules', '_schedules',
                                       'set_rate_limit',

@@ -405,7 +405,8 @@ const pages = {
       el("h2", {}, queueLink(s.queue)),
       el("div", { class: "charts" }, ...queueCharts("", s.queue, samples.get(s.queue) || [], hours.get(s.queue) || [],
         undefined, DEPTH.filter(([l]) => l !== "delayed"), RATES.slice(0, 3)))));
-    return [el("h2", {}, "Queues"), statsTable(overview.stats, overview.queues), ...cards];
+    const replica = overview.replica ? [el("p", { class: "replica", role: "note" }, overview.replica)] : [];
+    return [el("h2", {}, "Queues"), ...replica, statsTable(overview.stats, overview.queues), ...cards];
   },
 
   async queue() {
