@@ -27,6 +27,7 @@ from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
 from queue_pg.sqs import create_app  # noqa: E402
+from tests.procs import ended  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
 
 Sqs = Any
@@ -593,7 +594,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     proc = subprocess.Popen(
         [*CLI, "--dsn", clean, "sqs", "--port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with ended(proc):
         sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
                            aws_access_key_id=lines["aws_access_key_id"],
                            aws_secret_access_key=lines["aws_secret_access_key"],
@@ -613,9 +614,6 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
         with pytest.raises(ClientError) as err:
             sqs.list_queues()
         assert code(err) == "InvalidClientTokenId"
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_oversized_requests_are_refused_before_reading(endpoint: str) -> None:
