@@ -16,7 +16,8 @@ from typing import Any
 from queue_pg import errors
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
-from queue_pg.sqs import attributes, moves, names, tags
+from queue_pg.sqs import attributes, names, tags
+from queue_pg.sqs.errors import BatchError, MissingParameter, QueueNameExists, describe
 from queue_pg.types import Message, MessageDetails, QueueConfig, RedriveAllow
 
 MAX_BATCH = 10
@@ -48,18 +49,6 @@ def _int(value: Any, key: str) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         raise InvalidParameter(f"Value {value!r} for parameter {key} is invalid.") from None
-
-
-class MissingParameter(InvalidParameter):
-    """A required parameter is absent (SQS's MissingParameter)."""
-
-
-class BatchError(QueueError):
-    """A batch request SQS refuses whole: empty, too long, or with repeated ids."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # --- queue attributes -----------------------------------------------------------------------
@@ -210,10 +199,6 @@ async def list_queue_tags(r: Request) -> dict[str, Any]:
     return {"Tags": found} if found else {}
 
 
-class QueueNameExists(QueueError):
-    """CreateQueue of an existing queue with other attributes (SQS's QueueAlreadyExists)."""
-
-
 async def get_queue_url(r: Request) -> dict[str, Any]:
     sqs_name = r.params.get("QueueName")
     if not isinstance(sqs_name, str):
@@ -331,8 +316,6 @@ async def _each(
 ) -> dict[str, Any]:
     """Run ``run`` per entry: SQS batches succeed or fail per entry, not as a whole; a missing
     queue or a missing grant fails the whole request, as in SQS."""
-    from queue_pg.sqs.errors import describe  # the one error table, shared with whole requests
-
     ok, failed = [], []
     for entry in _entries(r):
         try:
@@ -510,7 +493,4 @@ ACTIONS: dict[str, Callable[[Request], Awaitable[dict[str, Any]]]] = {
     "TagQueue": tag_queue,
     "UntagQueue": untag_queue,
     "ListQueueTags": list_queue_tags,
-    "StartMessageMoveTask": moves.start_message_move_task,
-    "ListMessageMoveTasks": moves.list_message_move_tasks,
-    "CancelMessageMoveTask": moves.cancel_message_move_task,
-}
+}  # and moves.ACTIONS
