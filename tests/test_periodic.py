@@ -130,6 +130,7 @@ def test_task_schedules_and_periodic_registrations() -> None:
         periodic(u, "0 3 * * *", name="u-2", args=(1,), missed="sometimes")
 
 
+@pytest.mark.slow
 def test_four_worker_processes_fire_each_tick_once(clean: str,
                                                    request: pytest.FixtureRequest) -> None:
     """4 worker processes race for an every-second schedule for several seconds; each tick's

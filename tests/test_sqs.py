@@ -668,6 +668,7 @@ def test_keys_an_admin_may_make_and_read(
         c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])
 
 
+@pytest.mark.slow
 def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
     """The AWS command line (its own botocore) against the endpoint, unchanged."""
     import os
@@ -702,6 +703,7 @@ def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
     run("delete-queue", "--queue-url", url)
 
 
+@pytest.mark.slow
 def test_celery_sqs_transport_end_to_end(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
     """An unchanged Celery app on its sqs:// transport: tasks run by a real worker process, and a
     killed worker's task runs again after the visibility timeout, in a new worker."""
@@ -1120,6 +1122,7 @@ def test_one_pool_lends_each_connection_as_one_role(
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> None:  # noqa: F811
     """Two keys with different grants, interleaved on an endpoint of two connections: each
     request gets its own key's grants, before and after other requests' errors."""
