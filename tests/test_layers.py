@@ -22,8 +22,6 @@ KNOWN: list[frozenset[str]] = [
                "queue_pg.periodic", "queue_pg.tasks"}),
     # Dashboard.wsgi/.asgi build the adapters, which take the Request/Response shapes from core
     frozenset({"queue_pg.dashboard.adapters", "queue_pg.dashboard.core"}),
-    # `all` runs the other scenarios through __main__.main, which lists it among them
-    frozenset({"bench.__main__", "bench.run_all"}),
 ]
 
 
