@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from bench import Scenario, peers
 from bench.report import DEFAULT_OUT, machine_line, markdown_table
 from bench.throughput import lookup
 
-__all__ = ["SCENARIO", "summary_markdown"]
+__all__ = ["scenario", "summary_markdown"]
 
 #: Scenario names in the order ``all`` runs them (soak added when present).
 ORDER = ("send", "cycle", "latency", "worker", "worker-cpu", "leased-head", "client-cpu")
@@ -55,9 +56,9 @@ def _soak() -> Scenario | None:
     return scenario if isinstance(scenario, Scenario) else None
 
 
-def run(args: argparse.Namespace) -> int:
-    from bench.__main__ import main, scenario_names
-
+def run(args: argparse.Namespace, main: Callable[[Sequence[str]], int],
+        scenario_names: Callable[[], list[str]]) -> int:
+    """Every scenario of ``scenario_names`` in ORDER, each run by ``main`` (the command line)."""
     out = Path(args.out) if args.out else DEFAULT_OUT
     skip = {s.strip() for s in str(args.skip).split(",") if s.strip()}
     names = [n for n in ORDER if n in scenario_names()]
@@ -249,9 +250,13 @@ def summary_markdown(out: Path, command: str, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-SCENARIO = Scenario(
-    name="all",
-    help="every scenario in one session, then summary.md (one table) and the PNG charts",
-    add_arguments=add_arguments,
-    run=run,
-)
+def scenario(main: Callable[[Sequence[str]], int],
+             scenario_names: Callable[[], list[str]]) -> Scenario:
+    """``all``, running the other scenarios through ``main``: the command line that lists them
+    hands itself in, so this module needs no import of it."""
+    return Scenario(
+        name="all",
+        help="every scenario in one session, then summary.md (one table) and the PNG charts",
+        add_arguments=add_arguments,
+        run=lambda args: run(args, main, scenario_names),
+    )

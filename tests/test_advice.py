@@ -269,6 +269,7 @@ def test_sweep_runs_the_tuner_once_a_minute(client: queue_pg.Client, conn: Conn)
     assert client.get_queue("auto").visibility_timeout == 5
 
 
+@pytest.mark.slow
 def test_auto_tune_corrects_a_bad_timeout_under_real_workers(client: queue_pg.Client) -> None:
     """Workers that take a known 0.2 s per message; the user set 20 s and turns auto_tune on."""
     client.create_queue("work", visibility_timeout=20)
@@ -305,6 +306,7 @@ def test_auto_tune_corrects_a_bad_timeout_under_real_workers(client: queue_pg.Cl
     assert abs(timeouts[-1] - advice) <= 0.25 * timeouts[-1]
 
 
+@pytest.mark.slow
 def test_auto_tune_raises_a_too_short_timeout_under_real_workers(client: queue_pg.Client) -> None:
     """Workers whose runs take 0.5 to 1.2 s (known per message); the user set 1 s. Leases lapse
     (stale receipts) and the completed runs alone already call for more: the tuner goes up each

@@ -40,10 +40,12 @@ async def woken_by_send(
 ) -> tuple[float, float, float]:
     """Long-poll "jobs" while another connection sends ``body`` ``after`` seconds later; assert
     the poll got it, woken by the NOTIFY (the re-check without one comes only a second after the
-    poll began). Returns when the poll started and ended and when the send committed."""
+    poll began; a woken poll ends within 0.11 s of the commit on a loaded 2-core machine). The
+    poll may wait 20 s, so a sender held up by the load makes it late, not empty. Returns when
+    the poll started and ended and when the send committed."""
     sender = asyncio.create_task(send_later(dsn, "jobs", body, after=after))
     start = time.monotonic()
-    got = await client.receive("jobs", wait=5)
+    got = await client.receive("jobs", wait=20)
     end = time.monotonic()
     committed = await sender
     assert [m.body for m in got] == [body]

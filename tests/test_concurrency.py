@@ -212,6 +212,7 @@ def test_threads_share_the_work_without_double_leases(
     check_history(clean, queue, sent, tallies)
 
 
+@pytest.mark.slow
 def test_processes_share_the_work_without_double_leases(
     clean: str, loaded: tuple[str, list[int]]
 ) -> None:

@@ -51,11 +51,15 @@ def start(args: list[str], expect: str, **env: str) -> tuple[subprocess.Popen[st
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        found = re.search(expect, line)
-        if found:
-            return proc, found.group(1) if found.groups() else line
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            found = re.search(expect, line)
+            if found:
+                return proc, found.group(1) if found.groups() else line
+    except BaseException:  # a timeout while it starts: it is not the caller's to stop yet
+        stop(proc)
+        raise
     raise AssertionError(f"{args} ended before {expect!r}: {''.join(seen)}")
 
 

@@ -36,6 +36,7 @@ from queue_pg.dashboard.adapters import WsgiApp
 from queue_pg.dashboard.sessions import FAILED, NO_PASSWORD, PRIVILEGED, Sessions
 from queue_pg.install import migrate
 from tests.conftest import new_database
+from tests.procs import ended
 from tests.test_access import CONSUMER, MakeRole, Role, make_role  # noqa: F401
 
 PASSWORD = "s3cret-Pa55word"
@@ -455,7 +456,7 @@ def test_cli_login_mode_needs_no_token(clean: str) -> None:
         [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
          "dashboard", "--login", "--allow-actions", "--port", "0"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with ended(proc):
         assert proc.stdout is not None
         line = ""
         while "dashboard at" not in line:
@@ -466,6 +467,3 @@ def test_cli_login_mode_needs_no_token(clean: str) -> None:
         url = line.split("dashboard at ")[1].split()[0]
         status, answer, _ = Browser(url).call("api/overview")
         assert (status, answer["login"]) == (401, True)
-    finally:
-        proc.terminate()
-        proc.wait(30)

@@ -157,6 +157,7 @@ def test_enqueue_joins_atomic_and_autocommits_outside(
     assert [m[0] for m in messages(project)] == [msg_id, later]
 
 
+@pytest.mark.slow
 def test_worker_command_runs_the_jobs(
     project: str, client: queue_pg.Client, tmp_path: Path
 ) -> None:
@@ -249,6 +250,7 @@ def test_migration_reverses_and_reapplies(project: str) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_async_tasks_run_between_connection_checks(
     client: queue_pg.Client, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

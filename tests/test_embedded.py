@@ -31,6 +31,7 @@ def _setting(dsn: str, name: str, want: str) -> str:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_first_start_sets_server_settings_and_a_later_change_sticks() -> None:
     folder = Path(tempfile.mkdtemp(prefix="queue_pg_embedded_"))
     try:
@@ -50,6 +51,7 @@ def test_first_start_sets_server_settings_and_a_later_change_sticks() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_server_commands_show_start_stop_and_open_it(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ def fresh(server_dsn: str) -> Iterator[str]:
         yield db
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.split()[1])
 def test_example_runs_as_printed(command: str, fresh: str) -> None:
     env = {**os.environ, "QUEUE_PG_DSN": fresh,

@@ -148,6 +148,7 @@ def test_threads_keep_every_group_in_order_one_at_a_time(clean: str) -> None:
     check(clean, tallies)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [4])
 def test_processes_keep_every_group_in_order_one_at_a_time(clean: str, workers: int) -> None:
     with Client(clean, sweep_interval=None) as client:

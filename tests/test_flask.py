@@ -172,6 +172,7 @@ def test_dsn_from_config(example: tuple[ModuleType, Flask, str]) -> None:
     assert QueuePG.dsn(other) == "postgresql://a@b/app"
 
 
+@pytest.mark.slow
 def test_worker_command_runs_the_jobs(
     example: tuple[ModuleType, Flask, str], app: Flask, tmp_path: Path
 ) -> None:

@@ -155,6 +155,7 @@ def fuzz_world(client: Client, clean: str) -> Iterator[tuple[psycopg.Connection,
         yield conn, real
 
 
+@pytest.mark.slow
 def test_sql_api_fuzz(fuzz_world: tuple[psycopg.Connection, list[str]]) -> None:
     conn, real = fuzz_world
     seen: dict[str, int] = {}

@@ -27,6 +27,7 @@ from psycopg import conninfo
 
 from queue_pg import Client
 from queue_pg.metrics import QueueCollector, asgi_app, registry, serve, wsgi_app
+from tests.procs import ended
 from tests.surface_load import running_load
 from tests.test_access import CONSUMER, MakeRole, make_role  # noqa: F401
 
@@ -272,7 +273,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
          "metrics", "--port", str(port)],
         env=env, stderr=subprocess.PIPE, text=True)
-    try:
+    with ended(proc, signal.SIGINT):  # Ctrl-C; killed if that does not end it
         assert proc.stderr is not None
         line = ""
         while "serving metrics" not in line:  # it says where once it listens
@@ -282,6 +283,4 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         assert listening_on(port) == {"0100007F"}
         families = scrape(f"http://127.0.0.1:{port}/metrics")
         assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+    assert proc.returncode == 0

@@ -112,6 +112,7 @@ def test_concurrent_migrations_of_a_fresh_database(scratch: str) -> None:
     roundtrip(scratch)
 
 
+@pytest.mark.slow
 def test_concurrent_migrations_from_processes(scratch: str) -> None:
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         results = pool.map(migrate, [scratch] * 3)
@@ -137,6 +138,7 @@ def downgrade(dsn: str, revision: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_downgrade_of_access_control_and_up_again(scratch: str) -> None:
     migrate(scratch)
     with queue_pg.Client(scratch, sweep_interval=None) as client:

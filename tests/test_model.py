@@ -472,6 +472,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert (s.stale_receipts, s.lease_expiries) == (model.stale, model.expiries)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # a failure shrinks for a while
 def test_engine_agrees_with_the_model(dsn: str) -> None:
     # a database of its own would be cleaner, but the run's is reset per example (RESET_SQL)

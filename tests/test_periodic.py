@@ -3,6 +3,7 @@ worker processes race for them, missed ticks skipped or caught up, the schedules
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import queue_pg
 from queue_pg.errors import InvalidSchedule
 from queue_pg.periodic import periodic
 from queue_pg.tasks import Registry, Task
+from tests.procs import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 UTC = timezone.utc
@@ -128,6 +130,7 @@ def test_task_schedules_and_periodic_registrations() -> None:
         periodic(u, "0 3 * * *", name="u-2", args=(1,), missed="sometimes")
 
 
+@pytest.mark.slow
 def test_four_worker_processes_fire_each_tick_once(clean: str,
                                                    request: pytest.FixtureRequest) -> None:
     """4 worker processes race for an every-second schedule for several seconds; each tick's
@@ -161,8 +164,9 @@ def test_four_worker_processes_fire_each_tick_once(clean: str,
             while time.monotonic() - started < 5:
                 time.sleep(0.5)
     finally:
-        sup.send_signal(signal.SIGTERM)
-        sup.wait(30)
+        stop(sup)  # SIGTERM: the supervisor stops its processes (it is killed after 30 s)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sup.pid, signal.SIGKILL)  # whatever a hung supervisor left behind
     log.seek(0)
     output = log.read().decode(errors="replace")
     assert sup.returncode == 0, output

@@ -43,6 +43,7 @@ def fresh(server_dsn: str) -> Iterator[str]:
         yield db
 
 
+@pytest.mark.slow
 def test_quick_start_runs_as_printed(fresh: str, tmp_path: Path) -> None:
     [code] = _python_blocks(_section(README, "Quick start"))
     env = {**os.environ, "QUEUE_PG_DSN": fresh,

@@ -85,6 +85,7 @@ def state(conn: Conn) -> tuple[Any, ...]:
     return tuple(row)
 
 
+@pytest.mark.slow
 def test_rolled_up_figures_agree_with_the_rows_for_any_window(conn: Conn, history: datetime) -> None:
     now = history
     windows = [

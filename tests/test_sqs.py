@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 from bench.sqs_suite import free_port as _free_port  # noqa: E402
 from bench.sqs_suite import serve  # noqa: E402
 from queue_pg.sqs import create_app  # noqa: E402
+from tests.procs import ended  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
 
 Sqs = Any
@@ -569,7 +570,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     proc = subprocess.Popen(
         [*CLI, "--dsn", clean, "sqs", "--port", str(port), "--region", "eu-west-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with ended(proc):
         sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="eu-west-1",
                            aws_access_key_id=lines["aws_access_key_id"],
                            aws_secret_access_key=lines["aws_secret_access_key"],
@@ -589,9 +590,6 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
         with pytest.raises(ClientError) as err:
             sqs.list_queues()
         assert code(err) == "InvalidClientTokenId"
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_oversized_requests_are_refused_before_reading(endpoint: str) -> None:
@@ -646,6 +644,7 @@ def test_keys_an_admin_may_make_and_read(
         c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])
 
 
+@pytest.mark.slow
 def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
     """The AWS command line (its own botocore) against the endpoint, unchanged."""
     import os
@@ -680,6 +679,7 @@ def test_the_aws_cli(make_sqs: MakeSqs, endpoint: str) -> None:
     run("delete-queue", "--queue-url", url)
 
 
+@pytest.mark.slow
 def test_celery_sqs_transport_end_to_end(make_sqs: MakeSqs, endpoint: str, tmp_path: Any) -> None:
     """An unchanged Celery app on its sqs:// transport: tasks run by a real worker process, and a
     killed worker's task runs again after the visibility timeout, in a new worker."""
@@ -1135,6 +1135,7 @@ def test_one_pool_lends_each_connection_as_one_role(
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_roles_share_one_pool_without_leaking(make_role: MakeRole, dsn: str) -> None:  # noqa: F811
     """Two keys with different grants, interleaved on an endpoint of two connections: each
     request gets its own key's grants, before and after other requests' errors."""

@@ -153,6 +153,7 @@ def overlap(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
+@pytest.mark.slow
 def test_max_running_holds_from_the_first_enqueue_across_worker_processes(
     client: queue_pg.Client, clean: str, tmp_path: Path
 ) -> None:

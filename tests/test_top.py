@@ -49,6 +49,7 @@ def detail(app: TopApp, table: str) -> list[list[str]]:
     return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
 
 
+@pytest.mark.slow
 async def test_top_under_load(clean: str, tmp_path: Path) -> None:
     with running_load(clean, QUEUES):
         async with AsyncClient(clean, sweep_interval=None, max_size=2) as client:

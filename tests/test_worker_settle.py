@@ -135,6 +135,7 @@ def test_a_handler_that_gave_its_receipt_away_is_reported_lost_when_another_took
     assert outcomes(clean) == {ids[1]: ["deleted"]}
     assert client.delete("away", taken[0].receipt)  # the new holder's receipt still works
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
     kind: str, client: queue_pg.Client, clean: str, monkeypatch: pytest.MonkeyPatch
@@ -204,6 +205,7 @@ def test_kill_9_between_finish_and_delete_runs_the_job_again(
     assert outcomes(clean) == {mid: ["deleted"]}
 
 
+@pytest.mark.slow
 def test_racing_worker_processes_delete_each_message_exactly_once(app: App) -> None:  # noqa: F811
     n = 600
     keys = [f"k{i}" for i in range(n)]

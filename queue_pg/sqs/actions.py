@@ -20,7 +20,15 @@ from queue_pg import errors
 from queue_pg._ops import Call
 from queue_pg.aio import AsyncClient
 from queue_pg.errors import InvalidParameter, QueueError
-from queue_pg.sqs import attributes, moves, names, tags
+from queue_pg.sqs import attributes, names, tags
+from queue_pg.sqs.errors import (
+    BatchError,
+    MissingParameter,
+    QueueNameExists,
+    SqsError,
+    describe,
+    message,
+)
 from queue_pg.types import Message, MessageDetails, QueueConfig, RedriveAllow
 
 MAX_BATCH = 10
@@ -52,22 +60,6 @@ def _int(value: Any, key: str) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         raise InvalidParameter(f"Value {value!r} for parameter {key} is invalid.") from None
-
-
-class MissingParameter(InvalidParameter):
-    """A required parameter is absent (SQS's MissingParameter)."""
-
-
-class SqsError(QueueError):
-    """An error of SQS's own rules (not queue_pg's): its SQS code and message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-#: A batch request SQS refuses whole: empty, too long, or with repeated ids.
-BatchError = SqsError
 
 
 # --- parameter types ------------------------------------------------------------------------
@@ -432,10 +424,6 @@ async def list_queue_tags(r: Request) -> dict[str, Any]:
     return {"Tags": found} if found else {}
 
 
-class QueueNameExists(QueueError):
-    """CreateQueue of an existing queue with other attributes (SQS's QueueAlreadyExists)."""
-
-
 async def get_queue_url(r: Request) -> dict[str, Any]:
     sqs_name = r.params.get("QueueName")
     if not isinstance(sqs_name, str):
@@ -703,8 +691,6 @@ def _entries(r: Request, action: str) -> list[dict[str, Any]]:
 
 
 def _failure(entry_id: Any, err: QueueError) -> dict[str, Any]:
-    from queue_pg.sqs.errors import describe, message  # the one error table
-
     code, _status, _query, sender = describe(err)
     return {"Id": entry_id, "Code": code, "Message": message(err), "SenderFault": sender}
 
@@ -926,7 +912,4 @@ ACTIONS: dict[str, Callable[[Request], Awaitable[dict[str, Any]]]] = {
     "TagQueue": tag_queue,
     "UntagQueue": untag_queue,
     "ListQueueTags": list_queue_tags,
-    "StartMessageMoveTask": moves.start_message_move_task,
-    "ListMessageMoveTasks": moves.list_message_move_tasks,
-    "CancelMessageMoveTask": moves.cancel_message_move_task,
-}
+}  # and moves.ACTIONS

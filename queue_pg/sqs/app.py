@@ -35,7 +35,7 @@ from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
 from queue_pg.dsn import pooler_of
 from queue_pg.errors import translate
-from queue_pg.sqs import actions, query, sigv4
+from queue_pg.sqs import actions, moves, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe, message
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             name, params = (_query_call(request, body, base) if is_query
                             else _json_call(request, body))
-            action = actions.ACTIONS.get(name)
+            action = actions.ACTIONS.get(name) or moves.ACTIONS.get(name)
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
                                          " valid for this endpoint.")

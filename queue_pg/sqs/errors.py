@@ -4,13 +4,34 @@ from ``x-amzn-query-error``, and whose fault it is (sender or receiver)."""
 from __future__ import annotations
 
 from queue_pg import errors
-from queue_pg.sqs import actions
+from queue_pg.errors import InvalidParameter, QueueError
 from queue_pg.sqs.sigv4 import SignatureError
+
+
+class MissingParameter(InvalidParameter):
+    """A required parameter is absent (SQS's MissingParameter)."""
+
+
+class SqsError(QueueError):
+    """An error of SQS's own rules (not queue_pg's): its SQS code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: A batch request SQS refuses whole: empty, too long, or with repeated ids.
+BatchError = SqsError
+
+
+class QueueNameExists(QueueError):
+    """CreateQueue of an existing queue with other attributes (SQS's QueueAlreadyExists)."""
+
 
 # class -> (JSON __type code, HTTP status, query-protocol code); the first match wins
 _TABLE: list[tuple[type[Exception], str, int, str]] = [
-    (actions.MissingParameter, "MissingParameter", 400, "MissingParameter"),
-    (actions.QueueNameExists, "QueueNameExists", 400, "QueueAlreadyExists"),
+    (MissingParameter, "MissingParameter", 400, "MissingParameter"),
+    (QueueNameExists, "QueueNameExists", 400, "QueueAlreadyExists"),
     (errors.QueueNotFound, "QueueDoesNotExist", 400, "AWS.SimpleQueueService.NonExistentQueue"),
     (errors.QueueAlreadyExists, "QueueNameExists", 400, "QueueAlreadyExists"),
     (errors.GroupRequired, "MissingParameter", 400, "MissingParameter"),
@@ -53,7 +74,7 @@ def message(err: Exception) -> str:
 
 def describe(err: Exception) -> tuple[str, int, str, bool]:
     """(code, status, query code, sender's fault) of an error; InternalError if unknown."""
-    if isinstance(err, actions.BatchError):
+    if isinstance(err, BatchError):
         short = err.code.rsplit(".", 1)[-1]
         return short, 403 if short == "OverLimit" else 400, err.code, True
     if isinstance(err, SignatureError):

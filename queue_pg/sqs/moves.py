@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from queue_pg import errors
 from queue_pg.errors import InvalidParameter
 from queue_pg.sqs import names
+from queue_pg.sqs.errors import MissingParameter
 from queue_pg.types import RedriveTask
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ def _arn(r: Request, key: str, required: bool) -> str | None:
     if value is None and not required:
         return None
     if not isinstance(value, str):
-        from queue_pg.sqs.actions import MissingParameter
         raise MissingParameter(f"The request must contain the parameter {key}.")
     return names.from_arn(value)
 
@@ -103,7 +103,14 @@ async def list_message_move_tasks(r: Request) -> dict[str, Any]:
 async def cancel_message_move_task(r: Request) -> dict[str, Any]:
     value = r.params.get("TaskHandle")
     if not isinstance(value, str):
-        from queue_pg.sqs.actions import MissingParameter
         raise MissingParameter("The request must contain the parameter TaskHandle.")
     task = await r.client.cancel_redrive(task_id(value))
     return {"ApproximateNumberOfMessagesMoved": task.moved}
+
+
+# the actions of this module, beside actions.ACTIONS (app.py looks in both)
+ACTIONS = {
+    "StartMessageMoveTask": start_message_move_task,
+    "ListMessageMoveTasks": list_message_move_tasks,
+    "CancelMessageMoveTask": cancel_message_move_task,
+}

@@ -58,3 +58,5 @@ DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
 -- redrive_message: _move_back's `ids`
 DROP FUNCTION IF EXISTS queue_pg._move_back(integer, integer, bigint, timestamptz, timestamptz);
+-- _diagnose's unused receipt
+DROP FUNCTION IF EXISTS queue_pg._diagnose(queue_pg.queues, text, bigint, integer);

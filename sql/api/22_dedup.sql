@@ -51,11 +51,10 @@ BEGIN
         END IF;
         -- ... else it is a duplicate (a new statement: it sees the claim that made it one)
         SELECT x.message_id INTO held FROM queue_pg.dedup x WHERE x.queue_id = q.id AND x.dedup_id = key;
-        IF held IS NOT NULL THEN
-            RETURN held;
-        END IF;
+        EXIT WHEN held IS NOT NULL;
         -- the sweep deleted the expired entry in between: claim again
     END LOOP;
+    RETURN held;
 END $$;
 
 -- A batch's claims: per message in input order, the id it is to be sent under (fresh) or the id
@@ -69,8 +68,8 @@ DECLARE
     ids bigint[] := ARRAY(SELECT nextval('queue_pg.messages_id_seq'::regclass)
                           FROM generate_series(1, cardinality(keys)));
     expires timestamptz := n + queue_pg._seconds(q.dedup_window);
-    mine jsonb := '{}';  -- the keys this batch claimed: key -> its first message's place
-    held jsonb := '{}';  -- the keys held before: key -> the holding message's id
+    mine jsonb := '{}'::jsonb;  -- the keys this batch claimed: key -> its first message's place
+    held jsonb := '{}'::jsonb;  -- the keys held before: key -> the holding message's id
     open text[];
     claimed bigint;
 BEGIN

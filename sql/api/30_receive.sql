@@ -266,17 +266,16 @@ DECLARE
     deadline timestamptz;
     bad text;
     got boolean;
-    checked double precision;
-    known boolean;
+    checked record;  -- the checks' values (unread) and whether the consumer is known
 BEGIN
     -- one statement for the four checks (in this order): each statement costs its executor
     -- start, and a receive's fixed cost is what bounds a worker
     SELECT queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
            queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
            queue_pg._check('wait', w, 0, 20),
-           queue_pg._consumer_on(consumer, q.id)  -- sql/api/34_consumers.sql
-    INTO checked, checked, checked, known;
-    IF NOT known THEN  -- the consumer's first receive on this queue
+           queue_pg._consumer_on(consumer, q.id) AS known  -- sql/api/34_consumers.sql
+    INTO checked;
+    IF NOT checked.known THEN  -- the consumer's first receive on this queue
         PERFORM queue_pg._consumer_add_queue(consumer, q.id);
     END IF;
     IF visibility_timeout IS NOT NULL THEN  -- an explicit lease overrides a per-type one

@@ -204,8 +204,8 @@ RETURNS TABLE (id bigint, receive_count integer, released boolean, visible_at ti
 -- make the planner JIT-compile this query on every call (0.3 s).
 LANGUAGE plpgsql SET enable_sort = on SET jit = off AS $$
 DECLARE
-    tried bigint[] := '{}';
-    got bigint[] := '{}';
+    tried bigint[] := '{}'::bigint[];
+    got bigint[] := '{}'::bigint[];
     pick bigint[];
 BEGIN
     FOR round IN 1..3 LOOP

@@ -15,7 +15,7 @@ DECLARE
     a integer;
     b integer;
     step integer;
-    vals integer[] := '{}';
+    vals integer[] := '{}'::integer[];
 BEGIN
     IF spec IS NULL OR spec = '' OR length(spec) > 200 THEN
         RETURN NULL;

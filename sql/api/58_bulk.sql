@@ -89,6 +89,8 @@ DECLARE
     sent bigint;
     staged record;
 BEGIN
+    -- plpgsql_check cannot see stage's temporary table: the pragma describes it (a no-op here)
+    PERFORM 'PRAGMA:TABLE: pg_temp.queue_pg_staging (body jsonb, attributes jsonb, dedup_id text, group_id text)';
     SELECT * INTO d, t, n FROM queue_pg._sending(q, delay, ttl);
     PERFORM queue_pg._check_write_key(write_id, part, chunk);
     IF NOT queue_pg._staging() THEN

@@ -48,10 +48,12 @@ def woken_by_send(
 ) -> tuple[float, float, dict[str, float]]:
     """Long-poll "jobs" while another connection sends ``body`` ``after`` seconds later; assert
     the poll got it, woken by the NOTIFY (the re-check without one comes only a second after the
-    poll began). Returns when the poll started and ended, and the sender's times."""
+    poll began; a woken poll ends within 0.11 s of the commit on a loaded 2-core machine). The
+    poll may wait 20 s, so a sender held up by the load makes it late, not empty. Returns when
+    the poll started and ended, and the sender's times."""
     thread, times = send_later(dsn, "jobs", body, after=after)
     start = time.monotonic()
-    got = client.receive("jobs", wait=5)
+    got = client.receive("jobs", wait=20)
     end = time.monotonic()
     thread.join()
     assert [m.body for m in got] == [body]
@@ -155,7 +157,7 @@ def test_receive_wait_of_the_queue_is_used_when_wait_is_none(client: Client, cle
     start = time.monotonic()
     assert client.receive("jobs", wait=0) == []  # an explicit 0 is a short poll
     assert time.monotonic() - start < 0.3
-    client.alter_queue("jobs", receive_wait=5)
+    client.alter_queue("jobs", receive_wait=20)  # a sender held up by load: late, not empty
     thread, times = send_later(clean, "jobs", "x", after=0.15)
     got = client.receive("jobs")
     end = time.monotonic()

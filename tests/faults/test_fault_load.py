@@ -38,10 +38,16 @@ def test_eight_producers_eight_consumers_reconcile_exactly(
                           args=(clean, "load", 100 + i, folder, RUN + 1.0))
               for i in range(CONSUMERS)]
     started = time.monotonic()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(RUN + 60)
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(RUN + 60)
+    finally:  # none outlives the test, even a hung one
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
     took = time.monotonic() - started
     assert [p.exitcode for p in procs] == [0] * len(procs)
 
