@@ -24,11 +24,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import new_database
 from psycopg import sql as psql
 
 from queue_pg import Client
 from queue_pg.install import migrate
+from tests.conftest import new_database
 from tests.test_dashboard_login import scram_server  # noqa: F401
 
 pytestmark = pytest.mark.browser

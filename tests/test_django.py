@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from conftest import new_database
 
 import queue_pg
 from queue_pg.install import current_revision, head_revision, migrate
 from queue_pg.tasks import registry
+from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "django_app"

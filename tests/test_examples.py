@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import new_database
+
+from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = re.findall(r"```sh\n(.*?)```", (ROOT / "examples" / "README.md").read_text(), re.S)

@@ -22,7 +22,6 @@ from typing import Any
 import hypothesis.strategies as st
 import psycopg
 import pytest
-from conftest import RESET_SQL
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -40,6 +39,7 @@ from queue_pg import (
     MessageNotFound,
     StaleReceipt,
 )
+from tests.conftest import RESET_SQL
 
 MAIN, DLQ = "mq", "mq-dlq"
 VT = 35.0  # the queue's visibility_timeout
