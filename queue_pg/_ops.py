@@ -406,9 +406,10 @@ def sweep() -> Call[int]:
     return Call("select queue_pg.sweep() as result", {}, as_int)
 
 
-def stats(queue: str) -> Call[QueueStats]:
+def stats(queue: str, exact: bool = False) -> Call[QueueStats]:
     return Call(
-        "select * from queue_pg.stats(%(queue)s)", {"queue": text(queue, "queue")},
+        "select * from queue_pg.stats(%(queue)s, exact => %(exact)s)",
+        {"queue": text(queue, "queue"), "exact": bool(exact)},
         one(queue_stats),
     )
 

@@ -254,7 +254,7 @@ class TopApp(App[None]):
             return (f"{span}: sent {sent} · received {received} · deleted {deleted} · "
                     f"expiries {expiries} · stale {stale}")
 
-        approx = " [dim](counts past 1,000: latest sample)[/dim]" if r.approximate else ""
+        approx = " [dim](counts past 1,000: estimates)[/dim]" if r.approximate else ""
         return (
             f"[b]{escape(r.queue)}[/b]{approx}\n"
             f"timeout {fmt_seconds(r.visibility_timeout)} · advised "

@@ -98,9 +98,7 @@ BEGIN
                               WHERE x.at < _sample.at - interval '2 hours' FOR UPDATE SKIP LOCKED));
 END $$;
 
--- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
--- live; flows over the last minute and hour are the counters now minus the newest sample at
--- least that old (NULL until such a sample exists).
+-- queue_stats's reader (estimates past the cap: the function below).
 CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer DEFAULT NULL)
 RETURNS TABLE (
     queue text, visible bigint, in_flight bigint, delayed bigint, dead_lettered bigint,
@@ -111,9 +109,31 @@ RETURNS TABLE (
     approximate boolean, sampled_at timestamptz
 )
 LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats(only_id, false);
+END $$;
+
+-- One row per queue the reader may see. The first eight columns are exact up to 1,000
+-- messages per state (see approximate); sent, received and deleted are flow counters that a
+-- rolled-back operation does not undo; *_1m and *_1h are the flows over the last minute and
+-- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
+CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
+
+-- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
+-- live. Past it (approximate = true) a count is an estimate that costs no scan: the newest
+-- sample's figures moved on by the flow counters since (visible: messages then + sent - deleted
+-- since, less those in flight and delayed; in flight: then + received - lapsed - deleted since),
+-- never below the part counted live. A message that expired, was dead-lettered, moved or purged
+-- since the sample stays in the estimate until the next sample (sweep, at most every 15 s);
+-- without any sample the queue's creation is the base. exact => true counts everything (a scan
+-- of the queue's index range: O(messages)). Flows over the last minute and hour are the counters
+-- now minus the newest sample at least that old (NULL until such a sample exists).
+CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer, exact boolean)
+RETURNS SETOF queue_pg.queue_stats
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     t_at timestamptz := queue_pg._now();
-    cap integer := queue_pg._exact_up_to();
+    cap bigint := CASE WHEN exact THEN NULL ELSE queue_pg._exact_up_to() END;  -- NULL: no limit
 BEGIN
     RETURN QUERY
     WITH qs AS MATERIALIZED (
@@ -128,17 +148,18 @@ BEGIN
         FROM qs
     )
     SELECT c.name,
-           CASE WHEN v.n <= cap THEN v.n ELSE greatest(s.visible, v.n) END,
-           CASE WHEN f.n <= cap THEN f.in_flight ELSE coalesce(s.in_flight, f.in_flight) END,
-           CASE WHEN f.n <= cap THEN f.delayed ELSE coalesce(s.delayed, f.delayed) END,
-           CASE WHEN dl.n <= cap THEN dl.n ELSE greatest(s.dead_lettered, dl.n) END,
+           CASE WHEN exact OR v.n <= cap THEN v.n
+                ELSE greatest(v.n, e.total - e.in_flight - e.delayed) END,
+           CASE WHEN exact OR f.n <= cap THEN f.in_flight ELSE e.in_flight END,
+           CASE WHEN exact OR f.n <= cap THEN f.delayed ELSE e.delayed END,
+           CASE WHEN exact OR dl.n <= cap THEN dl.n ELSE greatest(s.dead_lettered, dl.n) END,
            extract(epoch FROM t_at - v.oldest)::float8,
            c.stale_receipts, c.lease_expiries, c.sent, c.received, c.deleted,
            c.sent - m1.sent, c.received - m1.received, c.deleted - m1.deleted,
            c.lease_expiries - m1.lease_expiries, c.stale_receipts - m1.stale_receipts,
            c.sent - h1.sent, c.received - h1.received, c.deleted - h1.deleted,
            c.lease_expiries - h1.lease_expiries, c.stale_receipts - h1.stale_receipts,
-           v.n > cap OR f.n > cap OR dl.n > cap, s.at
+           NOT exact AND (v.n > cap OR f.n > cap OR dl.n > cap), s.at
     FROM c
     -- Each count walks the claim index in order (ORDER BY) and stops at the cap; unordered,
     -- the planner picks a bitmap scan (the whole range first) or a sequential one.
@@ -163,6 +184,15 @@ BEGIN
         SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at
         ORDER BY s.at DESC LIMIT 1
     ) s ON true
+    -- the estimates (used past the cap only): in flight and delayed first, then visible from them
+    CROSS JOIN LATERAL (
+        SELECT coalesce(s.visible + s.in_flight + s.delayed, 0)
+                   + c.sent - coalesce(s.sent, 0) - (c.deleted - coalesce(s.deleted, 0)) AS total,
+               greatest(f.in_flight, coalesce(s.in_flight, 0) + c.received - coalesce(s.received, 0)
+                   - (c.lease_expiries - coalesce(s.lease_expiries, 0))
+                   - (c.deleted - coalesce(s.deleted, 0))) AS in_flight,
+               greatest(f.delayed, coalesce(s.delayed, 0)) AS delayed
+    ) e
     LEFT JOIN LATERAL (
         SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at - interval '1 minute'
         ORDER BY s.at DESC LIMIT 1
@@ -174,18 +204,14 @@ BEGIN
     ORDER BY c.name;
 END $$;
 
--- One row per queue the reader may see. The first eight columns are exact up to 1,000
--- messages per state (see approximate); sent, received and deleted are flow counters that a
--- rolled-back operation does not undo; *_1m and *_1h are the flows over the last minute and
--- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
-CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
 
 -- An older view read its counters through this; the view above reads them itself.
 DROP FUNCTION IF EXISTS queue_pg._counted(text, integer);
 
 -- One queue's row of queue_stats. A queue the caller has no grant on is AccessDenied, not an
 -- empty answer: the caller asked for that queue by name, and "no row" reads as a broken install.
-CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
+CREATE OR REPLACE FUNCTION queue_pg.stats(queue text, exact boolean DEFAULT false)
+RETURNS SETOF queue_pg.queue_stats
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue);
@@ -197,7 +223,7 @@ BEGIN
             HINT = format('a manager of the queue runs queue_pg.grant(%s, %s, ''send'' or ''receive'')',
                           quote_literal(left(q.name, 100)), quote_literal(queue_pg._caller()));
     END IF;
-    RETURN QUERY SELECT * FROM queue_pg._queue_stats(q.id);
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats(q.id, coalesce(exact, false));
 END $$;
 
 -- The messages now leased: no bodies.
