@@ -219,6 +219,7 @@ message_history = Table(
     Column("receive_count", Integer, nullable=False),
     Column("lease_expiries", Integer, nullable=False),
     Column("type", Text, nullable=True),
+    Column("weight", Integer, nullable=False, server_default=text("1")),
     CheckConstraint(
         "outcome IN ('deleted', 'dead_lettered', 'expired', 'purged')",
         name="message_history_outcome_check",

@@ -294,25 +294,43 @@ BEGIN
 END $$;
 
 -- The history row of a finished message: the one place that says what history keeps (of the
--- attribute `type`, its first 100 characters). Callers
--- insert `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
+-- attribute `type`, its first 100 characters), and how many finished messages it stands for
+-- (`weight`: 1, or the `every` of a sampled queue-type). Callers insert
+-- `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
 CREATE OR REPLACE FUNCTION queue_pg._history_row(q queue_pg.queues, m queue_pg.messages,
-                                                 outcome text, at timestamptz)
+                                                 outcome text, at timestamptz, weight integer DEFAULT 1)
 RETURNS queue_pg.message_history
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW(q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
-               at, m.receive_count, m.lease_expiries, left(m.attributes ->> 'type', 100))::queue_pg.message_history
+               at, m.receive_count, m.lease_expiries, left(m.attributes ->> 'type', 100),
+               weight)::queue_pg.message_history
 $$;
+
+-- The history's sampling key of a message: its type as history keeps it, '' for none.
+CREATE OR REPLACE FUNCTION queue_pg._history_key(attributes jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(left(attributes ->> 'type', 100), '') $$;
 
 -- One finished message's history row (delete_message, dead-lettering); set-based writers
 -- (delete_batch, purge, sweep) insert `_history_row` rows in the statement that removes them.
+-- A deleted message of a sampled queue-type (queue_pg.history_sampling) is kept with chance
+-- 1 / every and weight every; dead-lettered ones are all kept (weight 1: still unbiased).
 CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
                                              at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    e integer := 1;
 BEGIN
     -- plpgsql keeps the INSERT's plan for the session; a sql function's INSERT (never inlined)
     -- was planned again at every call, over every partition: 333 µs a delete_message, measured
     IF q.history THEN
-        INSERT INTO queue_pg.message_history SELECT (queue_pg._history_row(q, m, outcome, at)).*;
+        IF outcome = 'deleted' THEN
+            SELECT s.every INTO e FROM queue_pg.history_sampling s
+            WHERE s.queue_id = q.id AND s.type = queue_pg._history_key(m.attributes);
+            e := coalesce(e, 1);
+            IF e > 1 AND random() * e >= 1 THEN
+                RETURN;
+            END IF;
+        END IF;
+        INSERT INTO queue_pg.message_history SELECT (queue_pg._history_row(q, m, outcome, at, e)).*;
     END IF;
 END $$;

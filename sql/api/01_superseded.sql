@@ -54,5 +54,7 @@ DROP FUNCTION IF EXISTS queue_pg._forget_writes(integer);
 DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 -- a schedule's name is its queue's (revision 0014): dropping one names the queue
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
+-- history rows carry a weight (revision 0022)
+DROP FUNCTION IF EXISTS queue_pg._history_row(queue_pg.queues, queue_pg.messages, text, timestamptz);
 -- stats's exact (counts past _exact_up_to() estimated unless exact)
 DROP FUNCTION IF EXISTS queue_pg.stats(text);

@@ -131,9 +131,14 @@ BEGIN
         USING queue_pg._parse_receipts(q.id, receipts, key) p
         WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, p.id, p.lease_no, n)
         RETURNING t.*
-    ), hist AS (
+    ), hist AS (  -- a sampled queue-type keeps one row in `every` (weight every): _history
         INSERT INTO queue_pg.message_history
-        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n)).* FROM del d WHERE q.history
+        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n, k.every)).*
+        FROM del d
+        CROSS JOIN LATERAL (SELECT coalesce((SELECT s.every FROM queue_pg.history_sampling s
+                                             WHERE s.queue_id = q.id
+                                               AND s.type = queue_pg._history_key(d.attributes)), 1) AS every) k
+        WHERE q.history AND (k.every = 1 OR random() * k.every < 1)
     )
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.lease_no), '{}'),
            count(*) FILTER (WHERE d.visible_at > n AND NOT d.released)

@@ -332,7 +332,10 @@ END $$;
 
 -- The figures of _history_figures from every history row of the window: exact percentiles.
 -- Reads each queue's rows through the index (queue_id, finished_at) in the day partitions of
--- the window: the cost is the window's rows, whatever the history's size.
+-- the window: the cost is the window's rows, whatever the history's size. A row counts as
+-- `weight` messages (a sampled queue-type, revision 0022): each percentile is percentile_cont's
+-- over the rows repeated `weight` times (the value at rank p x (total - 1), interpolated between
+-- the ranks around it), so with every weight 1 it is percentile_cont itself.
 CREATE OR REPLACE FUNCTION queue_pg._history_figures_exact(since timestamptz, until timestamptz, only_id integer)
 RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages bigint,
                samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
@@ -340,31 +343,54 @@ RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages big
                wait_p99 double precision, wait_max double precision,
                expiry_rate double precision, dead_letter_rate double precision, redeliveries bigint)
 LANGUAGE sql STABLE AS $$
-    SELECT x.id, x.name, CASE WHEN grouping(x.type) = 1 THEN 'queue' ELSE 'type' END, x.type, count(*),
-           count(x.work),
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.work),
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.work),
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.work),
-           max(x.work),
-           count(x.wait),
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.wait),
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait),
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.wait),
-           max(x.wait),
-           sum(x.lease_expiries)::float8 / nullif(sum(x.receive_count), 0),
-           (count(*) FILTER (WHERE x.outcome = 'dead_lettered'))::float8 / count(*),
-           sum(greatest(x.receive_count - 1, 0))::bigint
-    FROM (
-        SELECT q.id, q.name, h.type, h.outcome, h.receive_count, h.lease_expiries,
+    WITH x AS MATERIALIZED (  -- each row twice: in its queue's group (whole) and its type's
+        SELECT q.id, q.name, g.whole, CASE WHEN g.whole THEN NULL ELSE h.type END AS type, h.outcome,
+               h.receive_count, h.lease_expiries, h.weight AS w,
                queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
         FROM queue_pg.queues q
         JOIN queue_pg.message_history h
           ON h.queue_id = q.id AND h.finished_at >= since AND h.finished_at < until
+        CROSS JOIN (VALUES (true), (false)) g(whole)
         -- only_id NULL: the queues the caller may see, chosen before any history is read
         WHERE CASE WHEN only_id IS NULL THEN queue_pg._sees(q.id) ELSE q.id = only_id END
-    ) x
-    GROUP BY GROUPING SETS ((x.id, x.name), (x.id, x.name, x.type))
+    ), ranked AS (  -- each time's cumulative weight in its group, for each kind
+        SELECT x.id, x.whole, x.type, k.kind, k.t,
+               sum(x.w) OVER (PARTITION BY x.id, x.whole, x.type, k.kind ORDER BY k.t
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto,
+               sum(x.w) OVER (PARTITION BY x.id, x.whole, x.type, k.kind) AS total
+        FROM x CROSS JOIN LATERAL (VALUES ('work', x.work), ('wait', x.wait)) k(kind, t)
+        WHERE k.t IS NOT NULL
+    ), pct AS (  -- per group and kind, the values at the ranks around p x (total - 1)
+        SELECT r.id, r.whole, r.type, r.kind, r.total,
+               min(r.t) FILTER (WHERE r.upto > floor(0.5 * (r.total - 1))) AS lo50,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.5 * (r.total - 1)) + 1, r.total - 1)) AS hi50,
+               min(r.t) FILTER (WHERE r.upto > floor(0.95 * (r.total - 1))) AS lo95,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.95 * (r.total - 1)) + 1, r.total - 1)) AS hi95,
+               min(r.t) FILTER (WHERE r.upto > floor(0.99 * (r.total - 1))) AS lo99,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.99 * (r.total - 1)) + 1, r.total - 1)) AS hi99,
+               max(r.t) AS hi
+        FROM ranked r GROUP BY r.id, r.whole, r.type, r.kind, r.total
+    ), sums AS (
+        SELECT x.id, x.name, x.whole, x.type, sum(x.w)::bigint AS messages,
+               sum(x.lease_expiries * x.w)::float8 / nullif(sum(x.receive_count * x.w), 0) AS expiry_rate,
+               coalesce(sum(x.w) FILTER (WHERE x.outcome = 'dead_lettered'), 0)::float8 / sum(x.w) AS dead_letter_rate,
+               sum(greatest(x.receive_count - 1, 0) * x.w)::bigint AS redeliveries
+        FROM x GROUP BY x.id, x.name, x.whole, x.type
+    )
+    SELECT s.id, s.name, CASE WHEN s.whole THEN 'queue' ELSE 'type' END, s.type, s.messages,
+           coalesce(w.total, 0)::bigint,
+           w.lo50 + (0.5 * (w.total - 1) - floor(0.5 * (w.total - 1))) * (w.hi50 - w.lo50),
+           w.lo95 + (0.95 * (w.total - 1) - floor(0.95 * (w.total - 1))) * (w.hi95 - w.lo95),
+           w.lo99 + (0.99 * (w.total - 1) - floor(0.99 * (w.total - 1))) * (w.hi99 - w.lo99),
+           w.hi, coalesce(t.total, 0)::bigint,
+           t.lo50 + (0.5 * (t.total - 1) - floor(0.5 * (t.total - 1))) * (t.hi50 - t.lo50),
+           t.lo95 + (0.95 * (t.total - 1) - floor(0.95 * (t.total - 1))) * (t.hi95 - t.lo95),
+           t.lo99 + (0.99 * (t.total - 1) - floor(0.99 * (t.total - 1))) * (t.hi99 - t.lo99),
+           t.hi, s.expiry_rate, s.dead_letter_rate, s.redeliveries
+    FROM sums s
+    LEFT JOIN pct w ON (w.id, w.whole, w.kind) = (s.id, s.whole, 'work') AND w.type IS NOT DISTINCT FROM s.type
+    LEFT JOIN pct t ON (t.id, t.whole, t.kind) = (s.id, s.whole, 'wait') AND t.type IS NOT DISTINCT FROM s.type
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.processing_times(since timestamptz, until timestamptz)
