@@ -89,6 +89,7 @@ _SETTING_TYPES: dict[str, str] = {
     "fair": "bool",
     "content_dedup": "bool",
     "dedup_window": "float8",
+    "lease_durability": "text",
 }
 SETTINGS: frozenset[str] = frozenset(_SETTING_TYPES)
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {

@@ -116,6 +116,7 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
         ("fair", "yes" if q.fair else "no"),
         ("content_dedup", "on" if q.content_dedup else "off"),
         ("dedup_window", fmt_seconds(q.dedup_window)),
+        ("lease_durability", q.lease_durability),
     ]
 
 
@@ -143,6 +144,7 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
         "history_retention": "history\nretention",
         "content_dedup": "content\ndedup",
         "dedup_window": "dedup\nwindow",
+        "lease_durability": "lease\ndurability",
     }
     table = Table()
     table.add_column("queue", no_wrap=True)

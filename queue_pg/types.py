@@ -150,6 +150,7 @@ class QueueConfig:
     fair: bool
     content_dedup: bool
     dedup_window: float
+    lease_durability: str
     created_at: datetime
 
 
@@ -266,3 +267,4 @@ class QueueSettings(TypedDict, total=False):
     fair: bool
     content_dedup: bool
     dedup_window: Seconds
+    lease_durability: str

@@ -56,5 +56,15 @@ DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
 -- history rows carry a weight (revision 0022)
 DROP FUNCTION IF EXISTS queue_pg._history_row(queue_pg.queues, queue_pg.messages, text, timestamptz);
+-- revision 0022: create_queue's and alter_queue's lease_durability; receipts that carry a lease token
+DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean,
+    boolean, boolean, double precision);
+DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean,
+    boolean, boolean, double precision, text[]);
+DROP FUNCTION IF EXISTS queue_pg._current_lease(bigint, integer, integer, timestamptz, integer, bigint,
+    integer, timestamptz);
+DROP FUNCTION IF EXISTS queue_pg._diagnose(queue_pg.queues, text, bigint, integer);
 -- stats's exact (counts past _exact_up_to() estimated unless exact)
 DROP FUNCTION IF EXISTS queue_pg.stats(text);

@@ -13,11 +13,8 @@ and a queue_pg.Worker run through three crashes. Afterwards:
 from __future__ import annotations
 
 import multiprocessing
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +31,6 @@ pytestmark = pytest.mark.faults
 RUN = 20.0  # seconds of load
 CRASHES = (4.0, 9.0, 14.0)  # seconds into the run
 DOWN = 1.5  # seconds the server stays down
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedServer]:
-    folder = Path(tempfile.mkdtemp(prefix="queue_pg_fault_"))
-    server = EmbeddedServer(folder / "pgdata")
-    try:
-        yield server
-    finally:
-        server.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_immediate_shutdown_loses_no_acknowledged_operation(
