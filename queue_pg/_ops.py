@@ -89,6 +89,7 @@ _SETTING_TYPES: dict[str, str] = {
     "fair": "bool",
     "content_dedup": "bool",
     "dedup_window": "float8",
+    "lease_durability": "text",
 }
 SETTINGS: frozenset[str] = frozenset(_SETTING_TYPES)
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {
@@ -428,9 +429,10 @@ def sweep() -> Call[int]:
     return Call("select queue_pg.sweep() as result", {}, as_int)
 
 
-def stats(queue: str) -> Call[QueueStats]:
+def stats(queue: str, exact: bool = False) -> Call[QueueStats]:
     return Call(
-        "select * from queue_pg.stats(%(queue)s)", {"queue": text(queue, "queue")},
+        "select * from queue_pg.stats(%(queue)s, exact => %(exact)s)",
+        {"queue": text(queue, "queue"), "exact": bool(exact)},
         one(queue_stats),
     )
 

@@ -51,7 +51,7 @@ R = TypeVar("R")
 @dataclass(frozen=True, slots=True)
 class QueueHealth(QueueStats):
     """A whole row of ``queue_pg.queue_stats``: the counts of :class:`QueueStats` (exact up to
-    1,000 per state, else the latest sample's: ``approximate``), flow counters since the queue
+    1,000 per state, else estimates: ``approximate``), flow counters since the queue
     was made, and the flows over the last minute and hour (None until sweep has taken a sample
     that old). Flow counters are approximate: an operation that is rolled back stays counted."""
 
@@ -68,7 +68,6 @@ class QueueHealth(QueueStats):
     deleted_1h: int | None
     lease_expiries_1h: int | None
     stale_receipts_1h: int | None
-    approximate: bool
     sampled_at: datetime | None
 
 
@@ -299,11 +298,15 @@ def _where_queue(queue: str | None, column: str = "queue") -> str:
     return "" if queue is None else f" where {column} = %(queue)s"
 
 
-def queue_health(queue: str | None = None) -> Call[list[QueueHealth]]:
-    """``queue_stats`` of one queue (raises QueueNotFound) or of every queue the caller sees."""
+def queue_health(queue: str | None = None, exact: bool = False) -> Call[list[QueueHealth]]:
+    """``queue_stats`` of one queue (raises QueueNotFound) or of every queue the caller sees;
+    ``exact``: every count counted, O(messages) (else estimates past 1,000 per state)."""
     if queue is None:
+        if exact:
+            return Call("select * from queue_pg._queue_stats(null, true)", {}, _rows(QueueHealth))
         return Call("select * from queue_pg.queue_stats", {}, _rows(QueueHealth))
-    return Call("select * from queue_pg.stats(%(queue)s)", {"queue": queue}, _rows(QueueHealth))
+    return Call("select * from queue_pg.stats(%(queue)s, exact => %(exact)s)",
+                {"queue": queue, "exact": bool(exact)}, _rows(QueueHealth))
 
 
 def queue_overview(window: float = 600) -> Call[list[QueueOverview]]:

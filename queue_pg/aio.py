@@ -327,9 +327,14 @@ class AsyncClient(AsyncClientBase):
         """Delete expired messages now (one bounded batch); returns how many."""
         return await self._run(_ops.sweep(), conn)
 
-    async def stats(self, queue: str, *, conn: AsyncConnection | None = None) -> QueueStats:
-        """The queue's counts: visible, in flight, delayed, dead-lettered, refusals, expiries."""
-        return await self._run(_ops.stats(queue), conn)
+    async def stats(
+        self, queue: str, *, exact: bool = False, conn: AsyncConnection | None = None
+    ) -> QueueStats:
+        """The queue's counts: visible, in flight, delayed, dead-lettered, refusals, expiries.
+
+        Counts up to 1,000 per state are exact; past it they are estimates that cost no scan
+        (``approximate`` is True). ``exact=True`` counts every message: O(messages)."""
+        return await self._run(_ops.stats(queue, exact), conn)
 
     async def redrive(
         self,
@@ -434,10 +439,12 @@ class AsyncClient(AsyncClientBase):
     # --- figures, advice, tuning, routes (queue_pg.advice) --------------------------------------
 
     async def queue_health(
-        self, queue: str | None = None, *, conn: AsyncConnection | None = None
+        self, queue: str | None = None, *, exact: bool = False,
+        conn: AsyncConnection | None = None,
     ) -> list[advice.QueueHealth]:
-        """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
-        return await self._run(advice.queue_health(queue), conn)
+        """queue_stats with the flows: of ``queue``, or of every queue the caller may see
+        (``exact``: as :meth:`stats`)."""
+        return await self._run(advice.queue_health(queue, exact), conn)
 
     async def queue_overview(
         self, window: float = 600, *, conn: AsyncConnection | None = None

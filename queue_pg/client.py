@@ -324,9 +324,14 @@ class Client(ClientBase):
         """Delete expired messages now (one bounded batch); returns how many."""
         return self._run(_ops.sweep(), conn)
 
-    def stats(self, queue: str, *, conn: Connection | None = None) -> QueueStats:
-        """The queue's counts: visible, in flight, delayed, dead-lettered, refusals, expiries."""
-        return self._run(_ops.stats(queue), conn)
+    def stats(
+        self, queue: str, *, exact: bool = False, conn: Connection | None = None
+    ) -> QueueStats:
+        """The queue's counts: visible, in flight, delayed, dead-lettered, refusals, expiries.
+
+        Counts up to 1,000 per state are exact; past it they are estimates that cost no scan
+        (``approximate`` is True). ``exact=True`` counts every message: O(messages)."""
+        return self._run(_ops.stats(queue, exact), conn)
 
     def redrive(
         self,
@@ -431,10 +436,12 @@ class Client(ClientBase):
     # --- figures, advice, tuning, routes (queue_pg.advice) --------------------------------------
 
     def queue_health(
-        self, queue: str | None = None, *, conn: Connection | None = None
+        self, queue: str | None = None, *, exact: bool = False,
+        conn: Connection | None = None,
     ) -> list[advice.QueueHealth]:
-        """queue_stats with the flows: of ``queue``, or of every queue the caller may see."""
-        return self._run(advice.queue_health(queue), conn)
+        """queue_stats with the flows: of ``queue``, or of every queue the caller may see
+        (``exact``: as :meth:`stats`)."""
+        return self._run(advice.queue_health(queue, exact), conn)
 
     def queue_overview(
         self, window: float = 600, *, conn: Connection | None = None

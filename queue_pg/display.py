@@ -133,6 +133,7 @@ def settings_rows(q: QueueConfig) -> list[tuple[str, str]]:
         ("fair", "yes" if q.fair else "no"),
         ("content_dedup", "on" if q.content_dedup else "off"),
         ("dedup_window", fmt_seconds(q.dedup_window)),
+        ("lease_durability", q.lease_durability),
     ]
 
 
@@ -160,6 +161,7 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
         "history_retention": "history\nretention",
         "content_dedup": "content\ndedup",
         "dedup_window": "dedup\nwindow",
+        "lease_durability": "lease\ndurability",
     }
     table = Table()
     table.add_column("queue", no_wrap=True)
@@ -170,6 +172,17 @@ def queue_table(queues: Sequence[QueueConfig]) -> Table:
     return table
 
 
+#: Counts up to this are exact in queue_stats (the SQL's _exact_up_to()); past it, an estimate.
+EXACT_UP_TO = 1000
+
+
+def fmt_stat(value: int | None, approximate: bool) -> str:
+    """A count of queue_stats as fmt_count, marked "~" when it is an estimate (approximate row,
+    past EXACT_UP_TO)."""
+    text = fmt_count(value)
+    return "~" + text if approximate and value is not None and value > EXACT_UP_TO else text
+
+
 def stats_table(rows: Iterable[QueueStats], title: str | None = None) -> Table:
     """One line of counts per queue."""
     table = Table(title=title, title_justify="left")
@@ -178,10 +191,11 @@ def stats_table(rows: Iterable[QueueStats], title: str | None = None) -> Table:
                    "stale\nreceipts", "lease\nexpiries"):
         table.add_column(header, justify="right")
     for s in rows:
+        a = s.approximate
         table.add_row(
-            text(s.queue), str(s.visible), str(s.in_flight), str(s.delayed),
-            str(s.dead_lettered), fmt_age(s.oldest_visible_age), str(s.stale_receipts),
-            str(s.lease_expiries),
+            text(s.queue), fmt_stat(s.visible, a), fmt_stat(s.in_flight, a),
+            fmt_stat(s.delayed, a), fmt_stat(s.dead_lettered, a), fmt_age(s.oldest_visible_age),
+            str(s.stale_receipts), str(s.lease_expiries),
         )
     return table
 
@@ -204,9 +218,10 @@ def health_table(rows: Iterable[QueueHealth], flows: str = "1m") -> Table:
     flow = ("sent", "received", "deleted", "lease_expiries", "stale_receipts")
     for s in rows:
         values = [getattr(s, name + suffix) for name in flow]
+        a = s.approximate
         table.add_row(
-            text(s.queue + ("~" if s.approximate else "")), fmt_count(s.visible),
-            fmt_count(s.in_flight), fmt_count(s.delayed), fmt_count(s.dead_lettered),
+            text(s.queue), fmt_stat(s.visible, a), fmt_stat(s.in_flight, a),
+            fmt_stat(s.delayed, a), fmt_stat(s.dead_lettered, a),
             fmt_age(s.oldest_visible_age), *(fmt_count(v) for v in values),
         )
     return table

@@ -120,6 +120,7 @@ queues = Table(
     Column("fair", Boolean, nullable=False, server_default=text("false")),
     Column("content_dedup", Boolean, nullable=False, server_default=text("false")),
     Column("dedup_window", DOUBLE_PRECISION, nullable=False, server_default=text("300")),
+    Column("lease_durability", Text, nullable=False, server_default=text("'durable'::text")),
     PrimaryKeyConstraint("id", name="queues_pkey"),
     UniqueConstraint("name", name="queues_name_key"),
     CheckConstraint("name ~ '^[A-Za-z0-9_-]{1,80}$'", name="queues_name_check"),
@@ -223,6 +224,7 @@ message_history = Table(
     Column("receive_count", Integer, nullable=False),
     Column("lease_expiries", Integer, nullable=False),
     Column("type", Text, nullable=True),
+    Column("weight", Integer, nullable=False, server_default=text("1")),
     CheckConstraint(
         "outcome IN ('deleted', 'dead_lettered', 'expired', 'purged')",
         name="message_history_outcome_check",

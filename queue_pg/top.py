@@ -259,7 +259,7 @@ class TopApp(App[None]):
 
         summary = text(r.queue, style="bold")
         if r.approximate:
-            summary.append(" (counts past 1,000: latest sample)", style="dim")
+            summary.append(" (counts past 1,000: estimates)", style="dim")
         return summary + Text(
             f"\ntimeout {fmt_seconds(r.visibility_timeout)} · advised "
             f"{fmt_seconds(r.recommended_timeout)} · heartbeat {fmt_age(r.heartbeat_interval)}"

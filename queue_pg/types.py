@@ -150,6 +150,7 @@ class QueueConfig:
     fair: bool
     content_dedup: bool
     dedup_window: float
+    lease_durability: str
     created_at: datetime
 
 
@@ -160,6 +161,8 @@ class QueueStats:
     ``stale_receipts`` counts refused stale receipts (a sign the visibility timeout is too short);
     ``lease_expiries`` counts leases that lapsed and led to a redelivery.
     ``oldest_visible_age`` is in seconds, None when nothing is visible.
+    ``approximate``: some count passed 1,000, so the counts past 1,000 are estimates (the latest
+    sample moved on by the flow counters), not a scan; ``stats(queue, exact=True)`` counts them.
     """
 
     queue: str
@@ -170,6 +173,7 @@ class QueueStats:
     oldest_visible_age: float | None
     stale_receipts: int
     lease_expiries: int
+    approximate: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,3 +267,4 @@ class QueueSettings(TypedDict, total=False):
     fair: bool
     content_dedup: bool
     dedup_window: Seconds
+    lease_durability: str

@@ -41,7 +41,7 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.periodic,
     queue_pg.fifo_groups,
     queue_pg.dedup, queue_pg.redrive_tasks,
-    queue_pg.history_rollups,
+    queue_pg.history_rollups, queue_pg.history_sampling,
     queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
     queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;

@@ -343,16 +343,21 @@ def test_the_advisor_gives_the_known_answer(spark: SparkSession, known_history: 
     assert counts == {("mixed", 1): 155, ("mixed", 3): 2, ("lapsing", 2): 40, ("idle", 0): 3}
 
 
-@pytest.mark.parametrize("rolled", [False, True], ids=["rows", "rollups"])
+@pytest.mark.parametrize(("rolled", "weighted"), [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["rows", "rollups", "weighted-rows", "weighted-rollups"])
 def test_the_spark_advisor_agrees_with_the_sql_advice(
-    spark: SparkSession, known_history: str, rolled: bool
+    spark: SparkSession, known_history: str, rolled: bool, weighted: bool
 ) -> None:
     """One definition, two engines: queue_pg.timeout_advice(since, until) in PostgreSQL and the
     PySpark advisor give the same figures on the same history: exactly when SQL reads the
     history rows, and within the histogram's 1% (percentiles, and the timeouts drawn from
-    them) once sweep has rolled the history up by minute."""
+    them) once sweep has rolled the history up by minute. Weighted: rows of a sampled history
+    (each standing for `weight` messages) count weight times in both."""
     from queue_pg.spark import advise
 
+    if weighted:
+        with psycopg.connect(known_history, autocommit=True) as c:
+            c.execute("UPDATE queue_pg.message_history SET weight = 1 + message_id % 7")
     since, until = T - timedelta(hours=1), T + timedelta(hours=1)
     got = advise(spark, dsn=known_history, since=since, until=until)
     theirs = {(r["queue"], r["scope"], r["type"]): r.asDict() for r in got.advice.collect()}
@@ -361,7 +366,8 @@ def test_the_spark_advisor_agrees_with_the_sql_advice(
             while c.execute("SELECT queue_pg._rollup_history(clock_timestamp(), 100000)").fetchone()[0]:  # type: ignore[index]
                 pass
             # every history row is in a rolled-up minute: the advice reads rollups only
-            assert c.execute("SELECT sum(messages) FROM queue_pg.history_rollups WHERE minutes = 1").fetchone() == (len(KNOWN),)
+            assert c.execute("SELECT sum(messages) FROM queue_pg.history_rollups WHERE minutes = 1").fetchone() == c.execute(
+                "SELECT sum(weight) FROM queue_pg.message_history").fetchone()
         cur = c.execute("SELECT * FROM queue_pg.timeout_advice(%s, %s)", [since, until])
         names = [d.name for d in cur.description or ()]
         ours = {(r["queue"], r["scope"], r["type"]): r

@@ -85,6 +85,8 @@ SETTING_OPTIONS: tuple[tuple[str, Any, str], ...] = (
     ("fair", bool, "Serve tenants (groups) with few messages in flight first."),
     ("content_dedup", bool, "Take a send's dedup id from its body's SHA-256."),
     ("dedup_window", Duration(), "How long a dedup id is remembered."),
+    ("lease_durability", click.Choice(["durable", "relaxed"]),
+     "relaxed: a receive's commit does not wait for the WAL flush (docs/guarantees.md)."),
 )
 
 

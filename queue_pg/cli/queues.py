@@ -85,16 +85,20 @@ def pause(seconds: float) -> None:
 @click.option("--flows", type=click.Choice(sorted(FLOWS)), default="1m", show_default=True,
               help="Sends, receives, deletes, lease expiries and stale refusals over the last"
                    " minute, the last hour, or since the queue was made.")
+@click.option("--exact", is_flag=True,
+              help="Count every message (a scan of each queue: O(messages)) instead of"
+                   " estimating counts past 1,000.")
 @pass_state
-def stats(state: State, queue: str | None, watch: bool, flows: str) -> None:
+def stats(state: State, queue: str | None, watch: bool, flows: str, exact: bool) -> None:
     """Counts and flows of QUEUE (default: every queue), one query (`queue-pg top`: live).
 
-    Counts past 1,000 per state are the latest sample's (queue marked ~).
+    Counts past 1,000 per state are estimates (marked ~: the latest sample moved on by the
+    flow counters) unless --exact.
     """
     client = state.client
 
     def table() -> Table:
-        return health_table(client.queue_health(queue), flows)
+        return health_table(client.queue_health(queue, exact=exact), flows)
 
     replica = client.replica_status().line()
     if replica:  # a hot standby: say how stale what it shows is

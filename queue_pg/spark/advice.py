@@ -74,13 +74,17 @@ def _seconds_between(later: str, earlier: str) -> Column:
 
 def timings(history: DataFrame) -> DataFrame:
     """History rows with ``processing`` (the final lease's work, deleted messages only) and
-    ``waiting`` (enqueue to first receive) in seconds; NULL where the row has none."""
+    ``waiting`` (enqueue to first receive) in seconds; NULL where the row has none. ``weight``:
+    the finished messages the row stands for (a busy queue's history is a sample; 1 on a
+    schema without the column)."""
+    weight = F.col("weight") if "weight" in history.columns else F.lit(1)
     return history.select(
         "queue",
         "type",
         "outcome",
         "receive_count",
         "lease_expiries",
+        weight.cast("long").alias("weight"),
         F.when(
             (F.col("outcome") == "deleted") & F.col("last_received_at").isNotNull(),
             _seconds_between("finished_at", "last_received_at"),
@@ -97,22 +101,23 @@ PERCENTILES = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
 
 
 def _figures() -> list[Column]:
-    """The aggregates of a group. One exact percentile aggregate per time column, with every
-    fraction at once: each holds the group's distinct values in memory, so one is a third of
-    three."""
-    p, w = F.col("processing"), F.col("waiting")
+    """The aggregates of a group, each row counted ``weight`` times (as the SQL figures do). One
+    exact percentile aggregate per time column, with every fraction at once: each holds the
+    group's distinct values in memory, so one is a third of three."""
+    p, w, n = F.col("processing"), F.col("waiting"), F.col("weight")
     fractions = [f for f, _ in PERCENTILES]
     return [
-        F.count(F.lit(1)).alias("messages"),
-        F.count(p).alias("samples"),
-        F.percentile(p, fractions).alias("p"),
+        F.sum(n).alias("messages"),
+        F.coalesce(F.sum(F.when(p.isNotNull(), n)), F.lit(0)).alias("samples"),
+        F.percentile(p, fractions, n).alias("p"),
         F.max(p).alias("max"),
-        F.percentile(w, fractions).alias("wait_p"),
+        F.percentile(w, fractions, n).alias("wait_p"),
         F.max(w).alias("wait_max"),
-        F.sum("receive_count").alias("receives"),
-        F.sum("lease_expiries").alias("lease_expiries"),
-        F.count(F.when(F.col("outcome") == "dead_lettered", 1)).alias("dead_lettered"),
-        F.sum(F.greatest(F.col("receive_count") - 1, F.lit(0))).alias("redeliveries"),
+        F.sum(F.col("receive_count") * n).alias("receives"),
+        F.sum(F.col("lease_expiries") * n).alias("lease_expiries"),
+        F.coalesce(F.sum(F.when(F.col("outcome") == "dead_lettered", n)), F.lit(0)).alias(
+            "dead_lettered"),
+        F.sum(F.greatest(F.col("receive_count") - 1, F.lit(0)) * n).alias("redeliveries"),
     ]
 
 
@@ -207,13 +212,13 @@ def advise(
     order = [F.col("queue"), F.col("scope").desc(), F.col("type").asc_nulls_first()]
     receive_counts = (
         t.groupBy("queue", "receive_count")
-        .agg(F.count(F.lit(1)).alias("messages"))
+        .agg(F.sum("weight").alias("messages"))
         .orderBy("queue", "receive_count")
     )
     quantiles = (
         t.where(F.col("processing").isNotNull())
         .groupBy("queue")
-        .agg(F.percentile("processing", CHART_QUANTILES).alias("quantiles"))
+        .agg(F.percentile("processing", CHART_QUANTILES, F.col("weight")).alias("quantiles"))
         .orderBy("queue")
     )
     return Advice(start, end, advice.orderBy(*order), receive_counts, quantiles)

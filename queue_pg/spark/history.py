@@ -9,20 +9,44 @@ org.postgresql:postgresql:<version>`` as usual.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from psycopg import conninfo
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 
 from queue_pg.dsn import libpq_dsn
+from queue_pg.errors import QueueError
 
 JDBC_DRIVER = "org.postgresql.Driver"
 DEBIAN_JAR = Path("/usr/share/java/postgresql.jar")
 JAR_ENV = "QUEUE_PG_JDBC_JAR"
+
+
+class JdbcDriverMissing(QueueError, RuntimeError):
+    """Spark has no PostgreSQL JDBC driver on its classpath."""
+
+
+MISSING_DRIVER = (
+    "Spark has no PostgreSQL JDBC driver (class org.postgresql.Driver): install Debian's"
+    f" libpostgresql-jdbc-java ({DEBIAN_JAR}), or set ${JAR_ENV} to the driver's jar, or pass"
+    " session(jar=...); on a cluster, spark.jars.packages org.postgresql:postgresql:<version>"
+)
+
+
+def load(reader: DataFrameReader) -> DataFrame:
+    """``reader.load()``, with a missing JDBC driver said in one clear error (Spark's own is a
+    Java stack trace about a class not found)."""
+    try:
+        return reader.load()
+    except Exception as exc:
+        if f"ClassNotFoundException: {JDBC_DRIVER}" in str(exc):
+            raise JdbcDriverMissing(MISSING_DRIVER) from None
+        raise
 
 
 def jdbc_jar(path: str | os.PathLike[str] | None = None) -> str | None:
@@ -43,16 +67,30 @@ def session(
 ) -> SparkSession:
     """A SparkSession (``master`` None: Spark's default, e.g. from spark-submit) with the JDBC
     driver added and ``conf`` set; the session time zone is UTC, so time windows read the same
-    everywhere."""
+    everywhere. In local mode Spark's Python workers run this interpreter (a virtualenv's
+    python started by its path would otherwise leave them on the system's ``python3``, which
+    lacks queue_pg), unless ``conf`` or $PYSPARK_PYTHON says otherwise."""
     builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
     if master is not None:
         builder = builder.master(master)
     found = jdbc_jar(jar)
     if found is not None:
         builder = builder.config("spark.jars", found)
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    if _local(master or conf.get("spark.master")) and not os.environ.get("PYSPARK_PYTHON"):
+        conf.setdefault("spark.pyspark.python", sys.executable)
+        conf.setdefault("spark.pyspark.driver.python", sys.executable)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _local(master: str | None) -> bool:
+    """Whether a session with this master runs its Python workers on this machine: a local
+    master, or none outside spark-submit (which starts the gateway itself and names the master)."""
+    if master is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ
+    return master.startswith("local")
 
 
 def jdbc_options(dsn: str) -> dict[str, str]:
@@ -113,7 +151,7 @@ def read_history(
     the WHERE of every partition's query (see ``df.explain()``: PushedFilters)."""
     start, end = window(since, until)
     n = partitions or spark.sparkContext.defaultParallelism
-    df = (
+    df = load(
         spark.read.format("jdbc")
         .options(**jdbc_options(dsn))
         .option("dbtable", "queue_pg.message_history")
@@ -122,7 +160,6 @@ def read_history(
         .option("upperBound", _spark_time(spark, end))
         .option("numPartitions", str(max(1, n)))
         .option("fetchsize", "10000")
-        .load()
     )
     cond: Column = (F.col("finished_at") >= F.lit(start)) & (F.col("finished_at") < F.lit(end))
     if queues is not None:
@@ -134,11 +171,10 @@ def read_queue_stats(
     spark: SparkSession, *, dsn: str, queues: list[str] | None = None
 ) -> DataFrame:
     """The ``queue_pg.queue_stats`` view (one row per queue: depth, in flight, ages, counters)."""
-    df = (
+    df = load(
         spark.read.format("jdbc")
         .options(**jdbc_options(dsn))
         .option("dbtable", "queue_pg.queue_stats")
-        .load()
     )
     return df if queues is None else df.where(F.col("queue").isin(list(queues)))
 
@@ -146,12 +182,11 @@ def read_queue_stats(
 def read_queues(spark: SparkSession, *, dsn: str) -> DataFrame:
     """Each queue's settings (``queue_pg.list_queues()``: the queues the caller may see)."""
     options: dict[str, Any] = jdbc_options(dsn)
-    return (
+    return load(
         spark.read.format("jdbc")
         .options(**options)
         .option(
             "query",
             "SELECT name AS queue, visibility_timeout, max_lease FROM queue_pg.list_queues()",
         )
-        .load()
     )

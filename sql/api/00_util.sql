@@ -229,19 +229,40 @@ BEGIN
     RETURN coalesce(pg_sequence_last_value(queue_pg._sequence(kind, queue_id)), 0);
 END $$;
 
--- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>'. The MAC (keyed SHA-256 with the install's
--- secret, 64 bits) makes a forged or altered receipt detectable without looking the message up.
--- STABLE like textsend, so that it is inlined where it is used.
-CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea)
+-- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>', and on a queue with lease_durability
+-- 'relaxed' '<queue_id>.<message_id>.<lease_no>.<token>.<mac>'. The MAC (keyed SHA-256 with the
+-- install's secret, 64 bits, over the fields before it) makes a forged or altered receipt
+-- detectable without looking the message up. STABLE like textsend, so that it is inlined where
+-- it is used. The signatures before the token go first (a new parameter would be an overload).
+DROP FUNCTION IF EXISTS queue_pg._mac(integer, bigint, integer, bytea);
+DROP FUNCTION IF EXISTS queue_pg._receipt(integer, bigint, integer, bytea);
+DROP FUNCTION IF EXISTS queue_pg._parse_receipt(integer, text, bytea);
+DROP FUNCTION IF EXISTS queue_pg._parse_receipts(integer, text[], bytea);
+CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea,
+                                         token text DEFAULT NULL)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT left(encode(sha256(key || textsend(queue_id::text || '.' || id::text || '.' || lease_no::text)
+    SELECT left(encode(sha256(key || textsend(queue_id::text || '.' || id::text || '.' || lease_no::text
+                                              || coalesce('.' || token, ''))
                               || key), 'hex'), 16)
 $$;
 
-CREATE OR REPLACE FUNCTION queue_pg._receipt(queue_id integer, id bigint, lease_no integer, key bytea)
+-- The lease token of a relaxed queue's receipt: 12 hex characters of the server's start time
+-- and the lease's receive time (the message's last_received_at). A relaxed receive's commit
+-- may be lost by a crash, and the same lease number then granted again; its new lease has
+-- another receive time, and a restarted server another start time, so a receipt of the lost
+-- lease (or of any lease from before the restart) does not match: StaleReceipt. No clock is
+-- compared, only equality. md5 is only a compact digest here: the MAC covers the token.
+CREATE OR REPLACE FUNCTION queue_pg._lease_token(received_at timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT left(md5(queue_pg._micros(pg_postmaster_start_time())::text || '.'
+                    || queue_pg._micros(received_at)::text), 12)
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pg._receipt(queue_id integer, id bigint, lease_no integer, key bytea,
+                                             token text DEFAULT NULL)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT queue_id::text || '.' || id::text || '.' || lease_no::text || '.'
-           || queue_pg._mac(queue_id, id, lease_no, key)
+    SELECT queue_id::text || '.' || id::text || '.' || lease_no::text || coalesce('.' || token, '') || '.'
+           || queue_pg._mac(queue_id, id, lease_no, key, token)
 $$;
 
 -- plpgsql: its query is planned once per session (a sql function with a FROM is run anew each call).
@@ -249,34 +270,51 @@ CREATE OR REPLACE FUNCTION queue_pg._key() RETURNS bytea
 LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN (SELECT s.key FROM queue_pg.secret s); END $$;
 
 -- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
+-- token: the lease token of a relaxed queue's receipt (NULL in a four-field receipt).
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipts(q_id integer, receipts text[], key bytea)
-RETURNS TABLE (i bigint, id bigint, lease_no integer)
+RETURNS TABLE (i bigint, id bigint, lease_no integer, token text)
 LANGUAGE sql STABLE AS $$
     -- Set-based and inlinable (a batch parses in one pass); split on '.' and simple character
     -- classes, because PostgreSQL's regex engine is slow on counted repetitions ({1,18}: 50 µs a
     -- receipt). The length bounds keep every number within its type, so no cast can fail; the
     -- CASE makes the checks run before the casts. OFFSET 0 keeps the split a subquery of its
     -- own: pulled up, string_to_array ran once per reference to p (13 µs a receipt, now 3).
-    SELECT u.i, x.p[2]::bigint, x.p[3]::integer
+    SELECT u.i, x.p[2]::bigint, x.p[3]::integer, CASE WHEN cardinality(x.p) = 5 THEN x.p[4] END
     FROM unnest(receipts) WITH ORDINALITY AS u(r, i)
     CROSS JOIN LATERAL (SELECT string_to_array(left(u.r, 81), '.') AS p OFFSET 0) x
-    WHERE CASE WHEN length(u.r) <= 80 AND cardinality(x.p) = 4
+    WHERE CASE WHEN length(u.r) <= 80
+                    AND (cardinality(x.p) = 4
+                         OR (cardinality(x.p) = 5 AND length(x.p[4]) = 12 AND x.p[4] ~ '^[0-9a-f]+$'))
                     AND length(x.p[1]) BETWEEN 1 AND 10 AND length(x.p[2]) BETWEEN 1 AND 18
-                    AND length(x.p[3]) BETWEEN 1 AND 9 AND length(x.p[4]) = 16
-                    AND x.p[1] || x.p[2] || x.p[3] ~ '^[0-9]+$' AND x.p[4] ~ '^[0-9a-f]+$'
+                    AND length(x.p[3]) BETWEEN 1 AND 9 AND length(x.p[cardinality(x.p)]) = 16
+                    AND x.p[1] || x.p[2] || x.p[3] ~ '^[0-9]+$' AND x.p[cardinality(x.p)] ~ '^[0-9a-f]+$'
                     -- one text per receipt: no number is 0 or has a leading zero
                     AND left(x.p[1], 1) <> '0' AND left(x.p[2], 1) <> '0' AND left(x.p[3], 1) <> '0'
                THEN x.p[1]::bigint = q_id
-                    AND queue_pg._mac(q_id, x.p[2]::bigint, x.p[3]::integer, key) = x.p[4]
+                    AND queue_pg._mac(q_id, x.p[2]::bigint, x.p[3]::integer, key,
+                                      CASE WHEN cardinality(x.p) = 5 THEN x.p[4] END) = x.p[cardinality(x.p)]
                ELSE false END
 $$;
 
--- Parses a receipt for queue q; (NULL, NULL) when it is malformed, forged or another queue's.
+-- Parses a receipt for queue q; (NULL, NULL, NULL) when it is malformed, forged or another queue's.
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipt(q_id integer, receipt text, key bytea,
-                                                   OUT id bigint, OUT lease_no integer)
+                                                   OUT id bigint, OUT lease_no integer, OUT token text)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    SELECT p.id, p.lease_no INTO id, lease_no FROM queue_pg._parse_receipts(q_id, ARRAY[receipt], key) p;
+    SELECT p.id, p.lease_no, p.token INTO id, lease_no, token
+    FROM queue_pg._parse_receipts(q_id, ARRAY[receipt], key) p;
+END $$;
+
+-- A receive on a relaxed queue (lease_durability 'relaxed') that owns its transaction (its
+-- statement is the transaction's first: autocommit, no BEGIN before it) commits without waiting
+-- for the WAL flush. In a caller's transaction nothing changes: the caller's other statements
+-- keep their durability. SET LOCAL ends with the transaction.
+CREATE OR REPLACE FUNCTION queue_pg._relax_commit() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF statement_timestamp() = transaction_timestamp() THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
 END $$;
 
 CREATE OR REPLACE FUNCTION queue_pg._invalid_receipt(queue text, receipt text) RETURNS void
@@ -298,25 +336,43 @@ BEGIN
 END $$;
 
 -- The history row of a finished message: the one place that says what history keeps (of the
--- attribute `type`, its first 100 characters). Callers
--- insert `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
+-- attribute `type`, its first 100 characters), and how many finished messages it stands for
+-- (`weight`: 1, or the `every` of a sampled queue-type). Callers insert
+-- `(queue_pg._history_row(...)).*` (inlined: no call per row) when q.history is on.
 CREATE OR REPLACE FUNCTION queue_pg._history_row(q queue_pg.queues, m queue_pg.messages,
-                                                 outcome text, at timestamptz)
+                                                 outcome text, at timestamptz, weight integer DEFAULT 1)
 RETURNS queue_pg.message_history
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW(q.id, q.name, m.id, outcome, m.enqueued_at, m.first_received_at, m.last_received_at,
-               at, m.receive_count, m.lease_expiries, left(m.attributes ->> 'type', 100))::queue_pg.message_history
+               at, m.receive_count, m.lease_expiries, left(m.attributes ->> 'type', 100),
+               weight)::queue_pg.message_history
 $$;
+
+-- The history's sampling key of a message: its type as history keeps it, '' for none.
+CREATE OR REPLACE FUNCTION queue_pg._history_key(attributes jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(left(attributes ->> 'type', 100), '') $$;
 
 -- One finished message's history row (delete_message, dead-lettering); set-based writers
 -- (delete_batch, purge, sweep) insert `_history_row` rows in the statement that removes them.
+-- A deleted message of a sampled queue-type (queue_pg.history_sampling) is kept with chance
+-- 1 / every and weight every; dead-lettered ones are all kept (weight 1: still unbiased).
 CREATE OR REPLACE FUNCTION queue_pg._history(q queue_pg.queues, m queue_pg.messages, outcome text,
                                              at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    e integer := 1;
 BEGIN
     -- plpgsql keeps the INSERT's plan for the session; a sql function's INSERT (never inlined)
     -- was planned again at every call, over every partition: 333 µs a delete_message, measured
     IF q.history THEN
-        INSERT INTO queue_pg.message_history SELECT (queue_pg._history_row(q, m, outcome, at)).*;
+        IF outcome = 'deleted' THEN
+            SELECT s.every INTO e FROM queue_pg.history_sampling s
+            WHERE s.queue_id = q.id AND s.type = queue_pg._history_key(m.attributes);
+            e := coalesce(e, 1);
+            IF e > 1 AND random() * e >= 1 THEN
+                RETURN;
+            END IF;
+        END IF;
+        INSERT INTO queue_pg.message_history SELECT (queue_pg._history_row(q, m, outcome, at, e)).*;
     END IF;
 END $$;

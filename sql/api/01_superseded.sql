@@ -58,5 +58,19 @@ DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
 -- redrive_message: _move_back's `ids`
 DROP FUNCTION IF EXISTS queue_pg._move_back(integer, integer, bigint, timestamptz, timestamptz);
--- _diagnose's unused receipt
+-- _diagnose's unused receipt, and the lease token of relaxed receipts
 DROP FUNCTION IF EXISTS queue_pg._diagnose(queue_pg.queues, text, bigint, integer);
+DROP FUNCTION IF EXISTS queue_pg._diagnose(queue_pg.queues, bigint, integer);
+-- history rows carry a weight (revision 0022)
+DROP FUNCTION IF EXISTS queue_pg._history_row(queue_pg.queues, queue_pg.messages, text, timestamptz);
+-- revision 0022: create_queue's and alter_queue's lease_durability; receipts that carry a lease token
+DROP FUNCTION IF EXISTS queue_pg.create_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean,
+    boolean, boolean, double precision);
+DROP FUNCTION IF EXISTS queue_pg.alter_queue(text, double precision, double precision, double precision,
+    integer, double precision, double precision, text, integer, integer, boolean, double precision, boolean,
+    boolean, boolean, double precision, text[]);
+DROP FUNCTION IF EXISTS queue_pg._current_lease(bigint, integer, integer, timestamptz, integer, bigint,
+    integer, timestamptz);
+-- stats's exact (counts past _exact_up_to() estimated unless exact)
+DROP FUNCTION IF EXISTS queue_pg.stats(text);

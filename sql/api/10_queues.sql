@@ -65,6 +65,8 @@ BEGIN
         PERFORM queue_pg._raise('QP003', 'content_dedup = NULL is invalid: allowed true or false');
     END IF;
     PERFORM queue_pg._check('dedup_window', q.dedup_window, 1, 604800);
+    -- whether a receive's commit waits for its WAL flush (revision 0022, docs/guarantees.md)
+    PERFORM queue_pg._check_choice('lease_durability', q.lease_durability, ARRAY['durable', 'relaxed']);
 END $$;
 
 -- Keeps the in-flight counter row in step with the queue's in_flight_limit.
@@ -153,7 +155,8 @@ CREATE OR REPLACE FUNCTION queue_pg.create_queue(
     fifo boolean DEFAULT false,
     fair boolean DEFAULT false,
     content_dedup boolean DEFAULT false,
-    dedup_window double precision DEFAULT 300
+    dedup_window double precision DEFAULT 300,
+    lease_durability text DEFAULT 'durable'
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -178,6 +181,7 @@ BEGIN
     q.fair := create_queue.fair;
     q.content_dedup := create_queue.content_dedup;
     q.dedup_window := create_queue.dedup_window;
+    q.lease_durability := create_queue.lease_durability;
     PERFORM queue_pg._validate(q);
     IF q.dead_letter_queue IS NOT NULL THEN  -- the dead-letter queue's own say (57_redrive.sql)
         PERFORM queue_pg._check_redrive_allow(q.name, q.dead_letter_queue);
@@ -185,10 +189,10 @@ BEGIN
 
     INSERT INTO queue_pg.queues AS t (name, visibility_timeout, message_ttl, delay, max_message_size,
         receive_wait, max_lease, dead_letter_queue, max_receive_count, in_flight_limit, history,
-        history_retention, fifo, fair, content_dedup, dedup_window)
+        history_retention, fifo, fair, content_dedup, dedup_window, lease_durability)
     VALUES (q.name, q.visibility_timeout, q.message_ttl, q.delay, q.max_message_size, q.receive_wait,
         q.max_lease, q.dead_letter_queue, q.max_receive_count, q.in_flight_limit, q.history,
-        q.history_retention, q.fifo, q.fair, q.content_dedup, q.dedup_window)
+        q.history_retention, q.fifo, q.fair, q.content_dedup, q.dedup_window, q.lease_durability)
     ON CONFLICT ON CONSTRAINT queues_name_key DO NOTHING
     RETURNING t.* INTO old;
 
@@ -218,7 +222,8 @@ BEGIN
         ('fifo', old.fifo::text, q.fifo::text),
         ('fair', old.fair::text, q.fair::text),
         ('content_dedup', old.content_dedup::text, q.content_dedup::text),
-        ('dedup_window', old.dedup_window::text, q.dedup_window::text)
+        ('dedup_window', old.dedup_window::text, q.dedup_window::text),
+        ('lease_durability', old.lease_durability, q.lease_durability)
     ) AS s(k, o, n)
     WHERE o IS DISTINCT FROM n;
     IF diff IS NOT NULL THEN
@@ -246,6 +251,7 @@ CREATE OR REPLACE FUNCTION queue_pg.alter_queue(
     fair boolean DEFAULT NULL,
     content_dedup boolean DEFAULT NULL,
     dedup_window double precision DEFAULT NULL,
+    lease_durability text DEFAULT NULL,
     clear text[] DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
@@ -288,6 +294,7 @@ BEGIN
     q.fair := coalesce(alter_queue.fair, q.fair);
     q.content_dedup := coalesce(alter_queue.content_dedup, q.content_dedup);
     q.dedup_window := coalesce(alter_queue.dedup_window, q.dedup_window);
+    q.lease_durability := coalesce(alter_queue.lease_durability, q.lease_durability);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         CASE c
             WHEN 'message_ttl' THEN q.message_ttl := NULL;
@@ -310,7 +317,8 @@ BEGIN
         dead_letter_queue = q.dead_letter_queue, max_receive_count = q.max_receive_count,
         in_flight_limit = q.in_flight_limit, history = q.history, history_retention = q.history_retention,
         fair = q.fair,
-        content_dedup = q.content_dedup, dedup_window = q.dedup_window
+        content_dedup = q.content_dedup, dedup_window = q.dedup_window,
+        lease_durability = q.lease_durability
     WHERE t.id = q.id;
     PERFORM queue_pg._sync_in_flight(q);
     RETURN NEXT q;

@@ -117,6 +117,7 @@ DECLARE
     dead bigint[];
     lapsed integer;
     key bytea;
+    token text;  -- a relaxed lease's token (00_util.sql): one per claim, so _receipt stays inlined
     got integer;
     floor_seq regclass := queue_pg._sequence('claim_floor', q.id);
     rescan_seq regclass := queue_pg._sequence('claim_rescan', q.id);
@@ -219,6 +220,7 @@ BEGIN
     END IF;
 
     key := queue_pg._key();
+    token := CASE WHEN q.lease_durability = 'relaxed' THEN queue_pg._lease_token(n) END;
     -- Returned in claim order (oldest first), which UPDATE ... RETURNING does not keep.
     RETURN QUERY
     WITH claimed AS (
@@ -237,7 +239,7 @@ BEGIN
         last_received_at = n,
         consumer_id = consumer  -- whose lease (sql/api/34_consumers.sql)
     WHERE t.id = ANY (ids)
-    RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key),
+    RETURNING t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key, token),
               t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at)
     SELECT c.* FROM claimed c JOIN unnest(ids) WITH ORDINALITY o(id, i) ON o.id = c.id ORDER BY o.i;
     GET DIAGNOSTICS got = ROW_COUNT;
@@ -277,6 +279,9 @@ BEGIN
     INTO checked;
     IF NOT checked.known THEN  -- the consumer's first receive on this queue
         PERFORM queue_pg._consumer_add_queue(consumer, q.id);
+    END IF;
+    IF q.lease_durability = 'relaxed' THEN  -- no WAL flush wait at commit (00_util.sql)
+        PERFORM queue_pg._relax_commit();
     END IF;
     IF visibility_timeout IS NOT NULL THEN  -- an explicit lease overrides a per-type one
         q.lease_policy := 'fixed';

@@ -1,33 +1,40 @@
 -- Settling a lease: delete, change visibility, update. Each needs the current receipt.
 
 -- Whether message (m_id, m_queue_id, m_lease_no, m_expires_at) is under the lease a receipt of
--- queue q_id names, (id, lease_no), and not expired at `at`: the row a settling call may touch.
--- Inlined into the caller's WHERE (columns in, so the primary key index still serves).
+-- queue q_id names, (id, lease_no, and on a relaxed queue's receipt its lease token), and not
+-- expired at `at`: the row a settling call may touch. Inlined into the caller's WHERE (columns
+-- in, so the primary key index still serves).
 CREATE OR REPLACE FUNCTION queue_pg._current_lease(m_id bigint, m_queue_id integer, m_lease_no integer,
                                                    m_expires_at timestamptz, q_id integer, id bigint,
-                                                   lease_no integer, at timestamptz)
+                                                   lease_no integer, at timestamptz,
+                                                   m_received_at timestamptz, token text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT m_id = id AND m_queue_id = q_id AND m_lease_no = lease_no
            AND (m_expires_at IS NULL OR m_expires_at > at)
+           AND (token IS NULL OR token = queue_pg._lease_token(m_received_at))
 $$;
 
 -- Why a receipt that matched nothing matched nothing: the message is gone (false), was received
--- again (StaleReceipt, counted), or the receipt was never ours (InvalidReceipt).
-CREATE OR REPLACE FUNCTION queue_pg._diagnose(q queue_pg.queues, id bigint, lease_no integer)
-RETURNS text
+-- again (StaleReceipt, counted), or the receipt was never ours (InvalidReceipt). A relaxed
+-- queue's receipt whose lease token does not match is stale: its lease was lost by a crash or
+-- is from before the server's restart, and the lease number may have been granted again.
+CREATE OR REPLACE FUNCTION queue_pg._diagnose(q queue_pg.queues, id bigint, lease_no integer,
+                                              token text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     cur integer;
+    received timestamptz;
 BEGIN
     IF id IS NULL THEN
         RETURN 'InvalidReceipt';
     END IF;
     -- a message that moved to another queue (dead-lettered, redriven) is gone from this one
-    SELECT m.lease_no INTO cur FROM queue_pg.messages m WHERE m.id = _diagnose.id AND m.queue_id = q.id;
+    SELECT m.lease_no, m.last_received_at INTO cur, received
+    FROM queue_pg.messages m WHERE m.id = _diagnose.id AND m.queue_id = q.id;
     IF cur IS NULL THEN
         RETURN 'gone';
-    ELSIF cur > lease_no THEN
+    ELSIF cur > lease_no OR (token IS NOT NULL AND token IS DISTINCT FROM queue_pg._lease_token(received)) THEN
         RETURN 'StaleReceipt';
     ELSIF cur < lease_no THEN
         RETURN 'InvalidReceipt';
@@ -60,7 +67,8 @@ DECLARE
     why text;
 BEGIN
     DELETE FROM queue_pg.messages t
-    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n,
+                                  t.last_received_at, r.token)
     RETURNING t.* INTO m;
     IF m.id IS NOT NULL THEN
         PERFORM queue_pg._history(q, m, 'deleted', n);
@@ -71,7 +79,7 @@ BEGIN
         END IF;
         RETURN true;
     END IF;
-    why := queue_pg._diagnose(q, r.id, r.lease_no);
+    why := queue_pg._diagnose(q, r.id, r.lease_no, r.token);
     IF why <> 'gone' THEN
         PERFORM queue_pg._refuse(q, receipt, why);
     END IF;
@@ -91,6 +99,7 @@ DECLARE
     has_dup boolean;
     ids bigint[];
     leases integer[];
+    tokens text[];
     gone_ids bigint[];
     gone_leases integer[];
     freed integer := 0;
@@ -128,11 +137,17 @@ BEGIN
     WITH del AS (
         DELETE FROM queue_pg.messages t
         USING queue_pg._parse_receipts(q.id, receipts, key) p
-        WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, p.id, p.lease_no, n)
+        WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, p.id, p.lease_no, n,
+                                      t.last_received_at, p.token)
         RETURNING t.*
-    ), hist AS (
+    ), hist AS (  -- a sampled queue-type keeps one row in `every` (weight every): _history
         INSERT INTO queue_pg.message_history
-        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n)).* FROM del d WHERE q.history
+        SELECT (queue_pg._history_row(q, d::queue_pg.messages, 'deleted', n, k.every)).*
+        FROM del d
+        CROSS JOIN LATERAL (SELECT coalesce((SELECT s.every FROM queue_pg.history_sampling s
+                                             WHERE s.queue_id = q.id
+                                               AND s.type = queue_pg._history_key(d.attributes)), 1) AS every) k
+        WHERE q.history AND (k.every = 1 OR random() * k.every < 1)
     )
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.lease_no), '{}'),
            count(*) FILTER (WHERE d.visible_at > n AND NOT d.released)
@@ -151,12 +166,13 @@ BEGIN
     END IF;
     -- why each entry that deleted nothing deleted nothing (only failures are looked at); the
     -- pair (id, lease_no) tells a deleted entry from a stale twin of the same message
-    SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i) INTO ids, leases
+    SELECT array_agg(p.id ORDER BY u.i), array_agg(p.lease_no ORDER BY u.i), array_agg(p.token ORDER BY u.i)
+    INTO ids, leases, tokens
     FROM generate_series(1, cnt) u(i)
     LEFT JOIN queue_pg._parse_receipts(q.id, receipts, key) p ON p.i = u.i;
     SELECT array_agg(CASE WHEN EXISTS (SELECT 1 FROM unnest(gone_ids, gone_leases) g(id, lease_no)
                                        WHERE g.id = ids[i] AND g.lease_no = leases[i]) THEN NULL
-                          ELSE queue_pg._diagnose(q, ids[i], leases[i]) END ORDER BY i)
+                          ELSE queue_pg._diagnose(q, ids[i], leases[i], tokens[i]) END ORDER BY i)
     INTO why FROM generate_series(1, cnt) i;
     PERFORM queue_pg._advance('stale_receipts', q.id, count(*))
     FROM unnest(why) w WHERE w = 'StaleReceipt' HAVING count(*) > 0;
@@ -201,10 +217,11 @@ BEGIN
         PERFORM queue_pg._raise('QP003', 'release = NULL is invalid: allowed true or false');
     END IF;
     SELECT * INTO m FROM queue_pg.messages t
-    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n,
+                                  t.last_received_at, r.token)
     FOR UPDATE;
     IF m.id IS NULL THEN
-        PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, r.id, r.lease_no));
+        PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, r.id, r.lease_no, r.token));
     END IF;
     cap := m.last_received_at + queue_pg._seconds(q.max_lease);
     IF n + queue_pg._seconds(coalesce(timeout, 0)) > cap THEN
@@ -333,10 +350,11 @@ BEGIN
     -- The reason is kept in the message's attributes: cut to 1 KiB, never a cause to refuse the move.
     reason := queue_pg._fit_reason(reason, 1024);
     SELECT t.id INTO found_id FROM queue_pg.messages t
-    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n)
+    WHERE queue_pg._current_lease(t.id, t.queue_id, t.lease_no, t.expires_at, q.id, r.id, r.lease_no, n,
+                                  t.last_received_at, r.token)
     FOR UPDATE;
     IF found_id IS NULL THEN
-        why := queue_pg._diagnose(q, r.id, r.lease_no);
+        why := queue_pg._diagnose(q, r.id, r.lease_no, r.token);
         IF why <> 'gone' THEN
             PERFORM queue_pg._refuse(q, receipt, why);
         END IF;

@@ -107,9 +107,7 @@ BEGIN
                               FOR UPDATE SKIP LOCKED));
 END $$;
 
--- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
--- live; flows over the last minute and hour are the counters now minus the newest sample at
--- least that old (NULL until such a sample exists).
+-- queue_stats's reader (estimates past the cap: the function below).
 CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer DEFAULT NULL)
 RETURNS TABLE (
     queue text, visible bigint, in_flight bigint, delayed bigint, dead_lettered bigint,
@@ -119,10 +117,32 @@ RETURNS TABLE (
     sent_1h bigint, received_1h bigint, deleted_1h bigint, lease_expiries_1h bigint, stale_receipts_1h bigint,
     approximate boolean, sampled_at timestamptz
 )
+LANGUAGE plpgsql VOLATILE AS $$  -- VOLATILE: the function below locks rows
+BEGIN
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats(only_id, false);
+END $$;
+
+-- One row per queue the reader may see. The first eight columns are exact up to 1,000
+-- messages per state (see approximate); sent, received and deleted are flow counters that a
+-- rolled-back operation does not undo; *_1m and *_1h are the flows over the last minute and
+-- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
+CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
+
+-- The rows of queue_stats (of one queue: only_id). Counts up to _exact_up_to() are exact and
+-- live. Past it (approximate = true) a count is an estimate that costs no scan: the newest
+-- sample's figures moved on by the flow counters since (visible: messages then + sent - deleted
+-- since, less those in flight and delayed; in flight: then + received - lapsed - deleted since),
+-- never below the part counted live. A message that expired, was dead-lettered, moved or purged
+-- since the sample stays in the estimate until the next sample (sweep, at most every 15 s);
+-- without any sample the queue's creation is the base. exact => true counts everything (a scan
+-- of the queue's index range: O(messages)). Flows over the last minute and hour are the counters
+-- now minus the newest sample at least that old (NULL until such a sample exists).
+CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer, exact boolean)
+RETURNS SETOF queue_pg.queue_stats
 LANGUAGE plpgsql VOLATILE AS $$  -- VOLATILE: it locks rows
 DECLARE
     t_at timestamptz := queue_pg._now();
-    cap integer := queue_pg._exact_up_to();
+    cap bigint := CASE WHEN exact THEN NULL ELSE queue_pg._exact_up_to() END;  -- NULL: no limit
     live integer[];  -- NULL: every queue (a read-only transaction takes no row lock)
 BEGIN
     -- each queue's row before its counters (FOR KEY SHARE SKIP LOCKED): a queue being dropped
@@ -146,17 +166,18 @@ BEGIN
         FROM qs
     )
     SELECT c.name,
-           CASE WHEN v.n <= cap THEN v.n ELSE greatest(s.visible, v.n) END,
-           CASE WHEN f.n <= cap THEN f.in_flight ELSE coalesce(s.in_flight, f.in_flight) END,
-           CASE WHEN f.n <= cap THEN f.delayed ELSE coalesce(s.delayed, f.delayed) END,
-           CASE WHEN dl.n <= cap THEN dl.n ELSE greatest(s.dead_lettered, dl.n) END,
+           CASE WHEN exact OR v.n <= cap THEN v.n
+                ELSE greatest(v.n, e.total - e.in_flight - e.delayed) END,
+           CASE WHEN exact OR f.n <= cap THEN f.in_flight ELSE e.in_flight END,
+           CASE WHEN exact OR f.n <= cap THEN f.delayed ELSE e.delayed END,
+           CASE WHEN exact OR dl.n <= cap THEN dl.n ELSE greatest(s.dead_lettered, dl.n) END,
            extract(epoch FROM t_at - v.oldest)::float8,
            c.stale_receipts, c.lease_expiries, c.sent, c.received, c.deleted,
            c.sent - m1.sent, c.received - m1.received, c.deleted - m1.deleted,
            c.lease_expiries - m1.lease_expiries, c.stale_receipts - m1.stale_receipts,
            c.sent - h1.sent, c.received - h1.received, c.deleted - h1.deleted,
            c.lease_expiries - h1.lease_expiries, c.stale_receipts - h1.stale_receipts,
-           v.n > cap OR f.n > cap OR dl.n > cap, s.at
+           NOT exact AND (v.n > cap OR f.n > cap OR dl.n > cap), s.at
     FROM c
     -- Each count walks the claim index in order (ORDER BY) and stops at the cap; unordered,
     -- the planner picks a bitmap scan (the whole range first) or a sequential one.
@@ -181,6 +202,15 @@ BEGIN
         SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at
         ORDER BY s.at DESC LIMIT 1
     ) s ON true
+    -- the estimates (used past the cap only): in flight and delayed first, then visible from them
+    CROSS JOIN LATERAL (
+        SELECT coalesce(s.visible + s.in_flight + s.delayed, 0)
+                   + c.sent - coalesce(s.sent, 0) - (c.deleted - coalesce(s.deleted, 0)) AS total,
+               greatest(f.in_flight, coalesce(s.in_flight, 0) + c.received - coalesce(s.received, 0)
+                   - (c.lease_expiries - coalesce(s.lease_expiries, 0))
+                   - (c.deleted - coalesce(s.deleted, 0))) AS in_flight,
+               greatest(f.delayed, coalesce(s.delayed, 0)) AS delayed
+    ) e
     LEFT JOIN LATERAL (
         SELECT * FROM queue_pg.queue_samples s WHERE s.queue_id = c.id AND s.at <= t_at - interval '1 minute'
         ORDER BY s.at DESC LIMIT 1
@@ -192,11 +222,6 @@ BEGIN
     ORDER BY c.name;
 END $$;
 
--- One row per queue the reader may see. The first eight columns are exact up to 1,000
--- messages per state (see approximate); sent, received and deleted are flow counters that a
--- rolled-back operation does not undo; *_1m and *_1h are the flows over the last minute and
--- hour, measured from the samples that sweep takes (NULL until a sample that old exists).
-CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_stats();
 
 -- An older view read its counters through this; the view above reads them itself.
 DROP FUNCTION IF EXISTS queue_pg._counted(text, integer);
@@ -219,11 +244,12 @@ BEGIN
     RETURN q;
 END $$;
 
--- One queue's row of queue_stats (see _queue_seen).
-CREATE OR REPLACE FUNCTION queue_pg.stats(queue text) RETURNS SETOF queue_pg.queue_stats
-LANGUAGE plpgsql STABLE AS $$
+-- One queue's row of queue_stats (see _queue_seen); exact => true counts every message.
+CREATE OR REPLACE FUNCTION queue_pg.stats(queue text, exact boolean DEFAULT false)
+RETURNS SETOF queue_pg.queue_stats
+LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM queue_pg._queue_stats((queue_pg._queue_seen(queue)).id);
+    RETURN QUERY SELECT * FROM queue_pg._queue_stats((queue_pg._queue_seen(queue)).id, coalesce(exact, false));
 END $$;
 
 -- The messages now leased: no bodies. A message released with a backoff (a planned retry) is not
@@ -333,7 +359,10 @@ END $$;
 
 -- The figures of _history_figures from every history row of the window: exact percentiles.
 -- Reads each queue's rows through the index (queue_id, finished_at) in the day partitions of
--- the window: the cost is the window's rows, whatever the history's size.
+-- the window: the cost is the window's rows, whatever the history's size. A row counts as
+-- `weight` messages (a sampled queue-type, revision 0022): each percentile is percentile_cont's
+-- over the rows repeated `weight` times (the value at rank p x (total - 1), interpolated between
+-- the ranks around it), so with every weight 1 it is percentile_cont itself.
 CREATE OR REPLACE FUNCTION queue_pg._history_figures_exact(since timestamptz, until timestamptz, only_id integer)
 RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages bigint,
                samples bigint, p50 double precision, p95 double precision, p99 double precision, max double precision,
@@ -341,31 +370,54 @@ RETURNS TABLE (queue_id integer, queue text, scope text, type text, messages big
                wait_p99 double precision, wait_max double precision,
                expiry_rate double precision, dead_letter_rate double precision, redeliveries bigint)
 LANGUAGE sql STABLE AS $$
-    SELECT x.id, x.name, CASE WHEN grouping(x.type) = 1 THEN 'queue' ELSE 'type' END, x.type, count(*),
-           count(x.work),
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.work),
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.work),
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.work),
-           max(x.work),
-           count(x.wait),
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY x.wait),
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait),
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.wait),
-           max(x.wait),
-           sum(x.lease_expiries)::float8 / nullif(sum(x.receive_count), 0),
-           (count(*) FILTER (WHERE x.outcome = 'dead_lettered'))::float8 / count(*),
-           sum(greatest(x.receive_count - 1, 0))::bigint
-    FROM (
-        SELECT q.id, q.name, h.type, h.outcome, h.receive_count, h.lease_expiries,
+    WITH x AS MATERIALIZED (  -- each row twice: in its queue's group (whole) and its type's
+        SELECT q.id, q.name, g.whole, CASE WHEN g.whole THEN NULL ELSE h.type END AS type, h.outcome,
+               h.receive_count, h.lease_expiries, h.weight AS w,
                queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
         FROM queue_pg.queues q
         JOIN queue_pg.message_history h
           ON h.queue_id = q.id AND h.finished_at >= since AND h.finished_at < until
+        CROSS JOIN (VALUES (true), (false)) g(whole)
         -- only_id NULL: the queues the caller may see, chosen before any history is read
         WHERE CASE WHEN only_id IS NULL THEN queue_pg._sees(q.id) ELSE q.id = only_id END
-    ) x
-    GROUP BY GROUPING SETS ((x.id, x.name), (x.id, x.name, x.type))
+    ), ranked AS (  -- each time's cumulative weight in its group, for each kind
+        SELECT x.id, x.whole, x.type, k.kind, k.t,
+               sum(x.w) OVER (PARTITION BY x.id, x.whole, x.type, k.kind ORDER BY k.t
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto,
+               sum(x.w) OVER (PARTITION BY x.id, x.whole, x.type, k.kind) AS total
+        FROM x CROSS JOIN LATERAL (VALUES ('work', x.work), ('wait', x.wait)) k(kind, t)
+        WHERE k.t IS NOT NULL
+    ), pct AS (  -- per group and kind, the values at the ranks around p x (total - 1)
+        SELECT r.id, r.whole, r.type, r.kind, r.total,
+               min(r.t) FILTER (WHERE r.upto > floor(0.5 * (r.total - 1))) AS lo50,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.5 * (r.total - 1)) + 1, r.total - 1)) AS hi50,
+               min(r.t) FILTER (WHERE r.upto > floor(0.95 * (r.total - 1))) AS lo95,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.95 * (r.total - 1)) + 1, r.total - 1)) AS hi95,
+               min(r.t) FILTER (WHERE r.upto > floor(0.99 * (r.total - 1))) AS lo99,
+               min(r.t) FILTER (WHERE r.upto > least(floor(0.99 * (r.total - 1)) + 1, r.total - 1)) AS hi99,
+               max(r.t) AS hi
+        FROM ranked r GROUP BY r.id, r.whole, r.type, r.kind, r.total
+    ), sums AS (
+        SELECT x.id, x.name, x.whole, x.type, sum(x.w)::bigint AS messages,
+               sum(x.lease_expiries * x.w)::float8 / nullif(sum(x.receive_count * x.w), 0) AS expiry_rate,
+               coalesce(sum(x.w) FILTER (WHERE x.outcome = 'dead_lettered'), 0)::float8 / sum(x.w) AS dead_letter_rate,
+               sum(greatest(x.receive_count - 1, 0) * x.w)::bigint AS redeliveries
+        FROM x GROUP BY x.id, x.name, x.whole, x.type
+    )
+    SELECT s.id, s.name, CASE WHEN s.whole THEN 'queue' ELSE 'type' END, s.type, s.messages,
+           coalesce(w.total, 0)::bigint,
+           w.lo50 + (0.5 * (w.total - 1) - floor(0.5 * (w.total - 1))) * (w.hi50 - w.lo50),
+           w.lo95 + (0.95 * (w.total - 1) - floor(0.95 * (w.total - 1))) * (w.hi95 - w.lo95),
+           w.lo99 + (0.99 * (w.total - 1) - floor(0.99 * (w.total - 1))) * (w.hi99 - w.lo99),
+           w.hi, coalesce(t.total, 0)::bigint,
+           t.lo50 + (0.5 * (t.total - 1) - floor(0.5 * (t.total - 1))) * (t.hi50 - t.lo50),
+           t.lo95 + (0.95 * (t.total - 1) - floor(0.95 * (t.total - 1))) * (t.hi95 - t.lo95),
+           t.lo99 + (0.99 * (t.total - 1) - floor(0.99 * (t.total - 1))) * (t.hi99 - t.lo99),
+           t.hi, s.expiry_rate, s.dead_letter_rate, s.redeliveries
+    FROM sums s
+    LEFT JOIN pct w ON (w.id, w.whole, w.kind) = (s.id, s.whole, 'work') AND w.type IS NOT DISTINCT FROM s.type
+    LEFT JOIN pct t ON (t.id, t.whole, t.kind) = (s.id, s.whole, 'wait') AND t.type IS NOT DISTINCT FROM s.type
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.processing_times(since timestamptz, until timestamptz)

@@ -261,7 +261,7 @@ BEGIN
 END $$;
 
 -- Run by sweep: a sample for queue_stats (at most every 15 s), whoever sweeps; and for a caller
--- who manages every queue (`all_queues`), the history's per-minute rollups (57_rollups.sql: at
+-- who manages every queue (`all_queues`), the history's sampling rates, its per-minute rollups (57_rollups.sql: at
 -- most 20,000 history rows a call) and a tuning step of the auto_tune queues (at most once per
 -- _tune_interval(), default a minute; the mark kept in the samples' clock). Each of those two
 -- has one holder at a time (a row lock taken with SKIP LOCKED, held to the end of the sweep's
@@ -275,6 +275,7 @@ BEGIN
     IF NOT all_queues THEN
         RETURN;
     END IF;
+    PERFORM queue_pg._history_sampling(at);  -- 57_rollups.sql
     PERFORM queue_pg._rollup_history(at, 20000);
     PERFORM queue_pg._forget_rollups(clock_timestamp(), 10000);
     -- a row lock no other role can take; a sweep that finds it taken leaves tuning to its holder

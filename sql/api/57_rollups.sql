@@ -63,6 +63,51 @@ $$;
 CREATE OR REPLACE FUNCTION queue_pg._rollup_cap() RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$ SELECT interval '10 minutes' $$;
 
+-- How many history rows a second each queue-type keeps at most, about: past it, deleted
+-- messages are sampled (history_sampling, revision 0022).
+CREATE OR REPLACE FUNCTION queue_pg._history_rows_per_second() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 10 $$;
+
+-- Sets the history's sampling (history_sampling) from the deleted messages of the last minute,
+-- as the weighted history rows count them: a queue-type finishing more than
+-- _history_rows_per_second() a second keeps one deleted message in every = ceil(rate / that),
+-- so it writes between half that and that many rows a second; one finishing fewer keeps all.
+-- At most 100 sampled types per queue (the busiest); the rest keep every message. Reads at most
+-- 20,000 rows a queue (a burst not sampled yet: the rate is then underestimated, and the next
+-- run corrects it). Run by the owner's sweeps, under the rollups' row lock (one at a time).
+CREATE OR REPLACE FUNCTION queue_pg._history_sampling(at timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    per_second integer := queue_pg._history_rows_per_second();
+BEGIN
+    PERFORM 1 FROM queue_pg.history_rollup_state FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    WITH want AS MATERIALIZED (
+        SELECT r.queue_id, r.type, r.every FROM (
+            SELECT x.queue_id, x.type, ceil(x.n / 60.0 / per_second)::integer AS every,
+                   row_number() OVER (PARTITION BY x.queue_id ORDER BY x.n DESC, x.type) AS rank
+            FROM (SELECT q.id AS queue_id, coalesce(h.type, '') AS type, sum(h.weight) AS n
+                  FROM queue_pg.queues q
+                  CROSS JOIN LATERAL (
+                      SELECT x.type, x.weight FROM queue_pg.message_history x
+                      WHERE x.queue_id = q.id AND x.finished_at >= at - interval '1 minute'
+                        AND x.finished_at < at AND x.outcome = 'deleted'
+                      LIMIT 20000) h
+                  WHERE q.history
+                  GROUP BY 1, 2) x
+            WHERE x.n > 60 * per_second) r
+        WHERE r.rank <= 100 AND r.every >= 2
+    ), gone AS (
+        DELETE FROM queue_pg.history_sampling s
+        WHERE NOT EXISTS (SELECT 1 FROM want w WHERE (w.queue_id, w.type) = (s.queue_id, s.type))
+    )
+    INSERT INTO queue_pg.history_sampling AS s
+    SELECT w.queue_id, w.type, w.every FROM want w ORDER BY 1, 2
+    ON CONFLICT (queue_id, type) DO UPDATE SET every = excluded.every WHERE s.every <> excluded.every;
+END $$;
+
 -- Rolls up the history of whole minutes after the covered ones (history_rollup_state.hi), up to
 -- the minute that ended at least a minute ago, and only once every transaction that could still
 -- write a row into them has ended: a call that finds writers at work (_history_writers) takes a
@@ -151,7 +196,7 @@ BEGIN
         EXECUTE $sql$
         WITH raw AS MATERIALIZED (
             SELECT h.queue_id, queue_pg._floor_to(h.finished_at, 60) AS start, h.type, h.outcome,
-                   h.receive_count, h.lease_expiries,
+                   h.receive_count, h.lease_expiries, h.weight AS w,
                    queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                    queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
             FROM queue_pg.queues q
@@ -159,7 +204,7 @@ BEGIN
         ), hist AS (
             SELECT x.queue_id, x.start, x.type, x.kind, array_agg(x.b ORDER BY x.b) AS bs,
                    array_agg(x.n ORDER BY x.b) AS ns
-            FROM (SELECT r.queue_id, r.start, r.type, k.kind, queue_pg._bucket(k.t) AS b, count(*)::integer AS n
+            FROM (SELECT r.queue_id, r.start, r.type, k.kind, queue_pg._bucket(k.t) AS b, sum(r.w)::integer AS n
                   FROM raw r CROSS JOIN LATERAL (VALUES ('work', r.work), ('wait', r.wait)) k(kind, t)
                   WHERE k.t IS NOT NULL GROUP BY 1, 2, 3, 4, 5) x
             GROUP BY x.queue_id, x.start, x.type, x.kind
@@ -168,10 +213,10 @@ BEGIN
             SELECT g.queue_id, 1, g.start, g.type, g.messages, g.receives, g.lease_expiries, g.dead_lettered,
                    g.redeliveries, g.work_min, g.work_max, coalesce(w.bs, '{}'), coalesce(w.ns, '{}'),
                    g.wait_min, g.wait_max, coalesce(t.bs, '{}'), coalesce(t.ns, '{}')
-            FROM (SELECT r.queue_id, r.start, r.type, count(*) AS messages, sum(r.receive_count) AS receives,
-                         sum(r.lease_expiries) AS lease_expiries,
-                         count(*) FILTER (WHERE r.outcome = 'dead_lettered') AS dead_lettered,
-                         sum(greatest(r.receive_count - 1, 0)) AS redeliveries,
+            FROM (SELECT r.queue_id, r.start, r.type, sum(r.w) AS messages,
+                         sum(r.receive_count * r.w) AS receives, sum(r.lease_expiries * r.w) AS lease_expiries,
+                         coalesce(sum(r.w) FILTER (WHERE r.outcome = 'dead_lettered'), 0) AS dead_lettered,
+                         sum(greatest(r.receive_count - 1, 0) * r.w) AS redeliveries,
                          min(r.work) AS work_min, max(r.work) AS work_max,
                          min(r.wait) AS wait_min, max(r.wait) AS wait_max
                   FROM raw r GROUP BY r.queue_id, r.start, r.type) g
@@ -262,7 +307,7 @@ LANGUAGE sql STABLE AS $$
         -- only_id NULL: the queues the caller may see, chosen before any history is read
         WHERE CASE WHEN only_id IS NULL THEN queue_pg._sees(q.id) ELSE q.id = only_id END
     ), raw AS MATERIALIZED (  -- each queue's rows of the two ends through the index
-        SELECT h.queue_id, h.type, h.outcome, h.receive_count, h.lease_expiries,
+        SELECT h.queue_id, h.type, h.outcome, h.receive_count, h.lease_expiries, h.weight AS w,
                queue_pg._work_time(h.outcome, h.last_received_at, h.finished_at) AS work,
                queue_pg._wait_time(h.first_received_at, h.enqueued_at) AS wait
         FROM qs CROSS JOIN LATERAL (
@@ -282,10 +327,10 @@ LANGUAGE sql STABLE AS $$
             SELECT x.* FROM queue_pg.history_rollups x
             WHERE x.queue_id = qs.id AND x.minutes = 1 AND x.start >= hb AND x.start < b) r
     ), parts AS (
-        SELECT r.queue_id, r.type, count(*) AS messages, sum(r.receive_count) AS receives,
-               sum(r.lease_expiries) AS lease_expiries,
-               count(*) FILTER (WHERE r.outcome = 'dead_lettered') AS dead_lettered,
-               sum(greatest(r.receive_count - 1, 0)) AS redeliveries,
+        SELECT r.queue_id, r.type, sum(r.w) AS messages, sum(r.receive_count * r.w) AS receives,
+               sum(r.lease_expiries * r.w) AS lease_expiries,
+               coalesce(sum(r.w) FILTER (WHERE r.outcome = 'dead_lettered'), 0) AS dead_lettered,
+               sum(greatest(r.receive_count - 1, 0) * r.w) AS redeliveries,
                min(r.work) AS work_min, max(r.work) AS work_max, min(r.wait) AS wait_min, max(r.wait) AS wait_max
         FROM raw r GROUP BY r.queue_id, r.type
         UNION ALL
@@ -300,7 +345,7 @@ LANGUAGE sql STABLE AS $$
                min(p.wait_min) AS wait_min, max(p.wait_max) AS wait_max
         FROM parts p GROUP BY GROUPING SETS ((p.queue_id), (p.queue_id, p.type))
     ), cells AS (
-        SELECT r.queue_id, r.type, k.kind, queue_pg._bucket(k.t) AS b, count(*) AS n
+        SELECT r.queue_id, r.type, k.kind, queue_pg._bucket(k.t) AS b, sum(r.w) AS n
         FROM raw r CROSS JOIN LATERAL (VALUES ('work', r.work), ('wait', r.wait)) k(kind, t)
         WHERE k.t IS NOT NULL GROUP BY 1, 2, 3, 4
         UNION ALL

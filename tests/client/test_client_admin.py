@@ -81,7 +81,7 @@ def test_stats_fields(client: Client, conn: psycopg.Connection) -> None:
     client.create_queue("jobs", visibility_timeout=10, dead_letter_queue="dlq", max_receive_count=2)
     empty = client.stats("jobs")
     assert isinstance(empty, QueueStats)
-    assert empty == QueueStats("jobs", 0, 0, 0, 0, None, 0, 0)
+    assert empty == QueueStats("jobs", 0, 0, 0, 0, None, 0, 0, False)
     client.send_batch("jobs", [1, 2, 3, 4])
     client.send("jobs", 5, delay=1000)
     a, b = client.receive("jobs", 2, conn=conn)

@@ -28,6 +28,7 @@ class Queue(models.Model):
     fair = models.BooleanField()
     content_dedup = models.BooleanField()
     dedup_window = models.FloatField()
+    lease_durability = models.TextField()
     created_at = models.DateTimeField()
 
     class Meta:
