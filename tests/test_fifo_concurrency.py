@@ -54,8 +54,8 @@ def consume(client: Client, queue: str, seed: int) -> Tally:
     while time.monotonic() < deadline:
         got = client.receive(queue, rng.randint(1, 4), visibility_timeout=LEASE)
         if not got:
-            if client.stats(queue).visible + client.stats(queue).in_flight \
-                    + client.stats(queue).delayed == 0:
+            s = client.stats(queue)  # one reading: three could each miss a lease that lapsed between
+            if s.visible + s.in_flight + s.delayed == 0:
                 return tally
             time.sleep(0.01)
             continue
