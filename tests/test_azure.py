@@ -449,3 +449,37 @@ def test_no_auth_for_local_development(dsn: str, clean: str) -> None:
         with pytest.raises(urllib.error.HTTPError) as raw:  # the path still names an account
             urllib.request.urlopen(f"{url}/", timeout=30)
         assert raw.value.headers["x-ms-error-code"] == "InvalidUri"
+
+
+def test_concurrent_consumers_take_each_message_once(service: Service) -> None:
+    """Six SDK consumers on one queue through the endpoint: every message is received and
+    deleted once (leases are long: no redelivery is expected)."""
+    import threading
+
+    q = service.create_queue("many")
+    for i in range(60):
+        q.send_message(f"m{i}")
+    taken: list[str] = []
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            while True:
+                batch = list(q.receive_messages(max_messages=4, visibility_timeout=300))
+                if not batch:
+                    return
+                for m in batch:
+                    q.delete_message(m)
+                    with lock:
+                        taken.append(m.content)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=consume) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    assert sorted(taken) == sorted(f"m{i}" for i in range(60))
