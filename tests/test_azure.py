@@ -116,6 +116,7 @@ def test_queue_lifecycle_metadata_and_listing(service: Service) -> None:
         ("orders-1", {"team": "warehouse"}), ("orders-2", {}), ("orders-3", {})]
     pages = [[x.name for x in page] for page in service.list_queues(results_per_page=2).by_page()]
     assert pages == [["orders-1", "orders-2"], ["orders-3", "other-1"]]
+    assert service.get_service_properties()["cors"] == []  # Azure's defaults, fixed
     service.delete_queue("orders-1")
     with pytest.raises(HttpResponseError) as err:
         q.get_queue_properties()
@@ -123,6 +124,10 @@ def test_queue_lifecycle_metadata_and_listing(service: Service) -> None:
     with pytest.raises(HttpResponseError) as err:
         service.create_queue("Bad_Name")
     assert code(err) == "InvalidResourceName"
+    for bad in ("ab", "a" * 64):
+        with pytest.raises(HttpResponseError) as err:
+            service.create_queue(bad)
+        assert code(err) == "OutOfRangeInput"
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -280,6 +285,14 @@ def test_sas_tokens(make_service: MakeService, endpoint: str) -> None:
     with pytest.raises(HttpResponseError) as err:
         svc.delete_queue("sas-c")
     assert code(err) == "AuthorizationPermissionMismatch"
+    with pytest.raises(HttpResponseError) as err:  # ACLs: Shared Key only, as Azure
+        svc.get_queue_client("sas-c").get_queue_access_policy()
+    assert code(err) == "AuthorizationPermissionMismatch"
+    no_service = generate_account_sas(account, key, ResourceTypes(container=True),
+                                      AccountSasPermissions(read=True, list=True), expiry=soon)
+    with pytest.raises(HttpResponseError) as err:  # srt without s: no service-level calls
+        list(QueueServiceClient(base, credential=no_service, retry_total=0).list_queues())
+    assert code(err) == "AuthorizationResourceTypeMismatch"
 
 
 def test_shared_key_headers_changed_in_transit_are_refused(service: Service) -> None:

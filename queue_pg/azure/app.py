@@ -60,9 +60,16 @@ class AzureError(Exception):
 
 
 def _bad_query(name: str, value: str, why: str, out_of_range: bool = False) -> AzureError:
-    code = "OutOfRangeQueryParameterValue" if out_of_range else "InvalidQueryParameterValue"
-    return AzureError(400, code, f"Value for one of the query parameters specified in the"
-                                 f" request URI is invalid: {name}={value!r} ({why}).")
+    if out_of_range:
+        return AzureError(400, "OutOfRangeQueryParameterValue",
+                          "One of the query parameters specified in the request URI is outside"
+                          f" the permissible range: {name}={value!r} ({why}).")
+    return AzureError(400, "InvalidQueryParameterValue", "Value for one of the query parameters"
+                      f" specified in the request URI is invalid: {name}={value!r} ({why}).")
+
+
+#: Azure's words for a request body over its limit.
+TOO_LARGE = "The request body is too large and exceeds the maximum permissible limit."
 
 
 #: queue_pg's exceptions as Azure errors (the first match wins).
@@ -75,13 +82,13 @@ _TABLE: list[tuple[type[Exception], int, str, str | None]] = [
      "The specified pop receipt did not match the pop receipt for a dequeued message."),
     (errors.InvalidReceipt, 400, "PopReceiptMismatch",
      "The specified pop receipt did not match the pop receipt for a dequeued message."),
-    (errors.MessageTooLarge, 413, "RequestBodyTooLarge", None),
+    (errors.MessageTooLarge, 413, "RequestBodyTooLarge", TOO_LARGE),
     (errors.LeaseLimitExceeded, 400, "OutOfRangeQueryParameterValue", None),
     (errors.InvalidParameter, 400, "InvalidInput", None),
     (errors.AccessDenied, 403, "AuthorizationPermissionMismatch",
      "This request is not authorized to perform this operation using this permission."),
     (errors.OverLimit, 503, "ServerBusy", None),
-    (RequestTooLarge, 413, "RequestBodyTooLarge", None),
+    (RequestTooLarge, 413, "RequestBodyTooLarge", TOO_LARGE),
 ]
 
 
@@ -144,7 +151,7 @@ def _message_text(body: bytes) -> str:
                          " <MessageText>.")
     text = node.text or ""
     if len(text.encode("utf-8")) > MAX_MESSAGE_BYTES:
-        raise AzureError(413, "RequestBodyTooLarge", f"The message text is over Azure's"
+        raise AzureError(413, "RequestBodyTooLarge", f"{TOO_LARGE} The message text is over"
                          f" {MAX_MESSAGE_BYTES} bytes.")
     return text
 
@@ -184,6 +191,7 @@ def _operation(method: str, parts: list[str], params: dict[str, str]) -> str:
     depth = len(parts)
     table: dict[tuple[str, int, str], str] = {
         ("GET", 1, "list"): "list_queues",
+        ("GET", 1, "properties"): "get_service_properties",
         ("PUT", 2, ""): "create_queue",
         ("DELETE", 2, ""): "delete_queue",
         ("GET", 2, "metadata"): "get_metadata",
@@ -277,6 +285,15 @@ class Call:
             with translate():
                 cur = await conn.execute(query, params)
                 return await cur.fetchall() if cur.description else []
+
+    async def get_service_properties(self) -> Response:
+        """Azure's defaults, fixed: no logging, metrics or CORS rules (Set is not served)."""
+        off = "<Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy>"
+        return _xml("<StorageServiceProperties><Logging><Version>1.0</Version><Delete>false"
+                    "</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>"
+                    f"false</Enabled></RetentionPolicy></Logging><HourMetrics><Version>1.0"
+                    f"</Version>{off}</HourMetrics><MinuteMetrics><Version>1.0</Version>{off}"
+                    "</MinuteMetrics><Cors /></StorageServiceProperties>")
 
     async def list_queues(self) -> Response:
         n = _int_param(self.params, "maxresults", 1, 5000, 5000)
@@ -428,10 +445,13 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
                          " http://HOST:PORT/ACCOUNT/QUEUE.")
     if account is not None and parts[0] != account:
         raise AzureError(400, "InvalidUri", f"This endpoint serves account {account} only.")
+    if len(parts) >= 2 and not 3 <= len(parts[1]) <= 63:
+        raise AzureError(400, "OutOfRangeInput", "The specified resource name length is not"
+                         " within the permissible limits: queue names are 3 to 63 characters.")
     if len(parts) >= 2 and not _QUEUE_NAME.match(parts[1]):
-        raise AzureError(400, "InvalidResourceName", "The specifed resource name contains"
-                         " invalid characters: queue names are 3 to 63 lower-case letters,"
-                         " digits and single dashes.")
+        raise AzureError(400, "InvalidResourceName", "The specified resource name contains"
+                         " invalid characters: queue names are lower-case letters, digits and"
+                         " single dashes, starting and ending with a letter or digit.")
     if len(parts) == 4 and not (parts[3].isdigit() and parts[3][0] != "0"):
         raise AzureError(404, "MessageNotFound", "The specified message does not exist.")
     return parts[0], parts

@@ -205,15 +205,16 @@ def check_sas(req: Request, sas: Sas, account: str, queue: str | None, key: str,
                         " signature (sig) is formed correctly.")
 
 
-#: For each operation: (account SAS resource type, account SAS permission, queue SAS permission;
-#: None when a queue SAS may not do it).
+#: For each operation: (account SAS resource type, account SAS permissions of which one is
+#: needed ("": no account SAS may), queue SAS permission (None: no queue SAS may)).
 NEEDS: dict[str, tuple[str, str, str | None]] = {
+    "get_service_properties": ("s", "r", None),
     "list_queues": ("s", "l", None),
-    "create_queue": ("c", "c", None),
+    "create_queue": ("c", "cw", None),
     "delete_queue": ("c", "d", None),
     "get_metadata": ("c", "r", "r"),
     "set_metadata": ("c", "w", None),
-    "get_acl": ("c", "r", None),
+    "get_acl": ("c", "", None),  # Shared Key only, as Azure
     "put_message": ("o", "a", "a"),
     "get_messages": ("o", "p", "p"),
     "peek_messages": ("o", "r", "r"),
@@ -242,6 +243,6 @@ def check_sas_allows(sas: Sas, operation: str) -> None:
             raise AuthError("This request is not authorized to perform this operation with a"
                             " queue SAS.", "AuthorizationResourceTypeMismatch")
         need = queue_perm
-    if need not in sas.permissions:
+    if not any(p in sas.permissions for p in need):
         raise AuthError("This request is not authorized to perform this operation using this"
                         f" permission: it needs {need}.", "AuthorizationPermissionMismatch")
