@@ -285,9 +285,15 @@ def test_sas_tokens(make_service: MakeService, endpoint: str) -> None:
     with pytest.raises(HttpResponseError) as err:
         svc.delete_queue("sas-c")
     assert code(err) == "AuthorizationPermissionMismatch"
-    with pytest.raises(HttpResponseError) as err:  # ACLs: Shared Key only, as Azure
-        svc.get_queue_client("sas-c").get_queue_access_policy()
-    assert code(err) == "AuthorizationPermissionMismatch"
+    for acl in (svc.get_queue_client("sas-c").get_queue_access_policy,
+                lambda: svc.get_queue_client("sas-c").set_queue_access_policy({})):
+        with pytest.raises(HttpResponseError) as err:  # ACLs: Shared Key only, as Azure
+            acl()
+        assert code(err) == "AuthorizationPermissionMismatch"
+    with pytest.raises(HttpResponseError) as err:  # and stored policies are not served
+        service.get_queue_client("sas-c").set_queue_access_policy({})
+    assert code(err) == "NotImplemented" and err.value.status_code == 501
+    assert service.get_queue_client("sas-c").get_queue_access_policy() == {}
     no_service = generate_account_sas(account, key, ResourceTypes(container=True),
                                       AccountSasPermissions(read=True, list=True), expiry=soon)
     with pytest.raises(HttpResponseError) as err:  # srt without s: no service-level calls

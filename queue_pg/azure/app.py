@@ -199,6 +199,7 @@ def _operation(method: str, parts: list[str], params: dict[str, str]) -> str:
         ("PUT", 2, "metadata"): "set_metadata",
         ("GET", 2, "acl"): "get_acl",
         ("HEAD", 2, "acl"): "get_acl",
+        ("PUT", 2, "acl"): "set_acl",
         ("POST", 3, ""): "put_message",
         ("GET", 3, ""): "get_messages",
         ("DELETE", 3, ""): "clear_messages",
@@ -362,6 +363,11 @@ class Call:
     async def get_acl(self) -> Response:
         await self._get_metadata()  # the queue exists and the caller may see it
         return _xml("<SignedIdentifiers />")
+
+    async def set_acl(self) -> Response:
+        await self._get_metadata()  # the queue exists and the caller may see it
+        raise AzureError(501, "NotImplemented", "Stored access policies (Set Queue ACL) are not"
+                         " supported by this endpoint: use SAS tokens with their own expiry.")
 
     async def put_message(self) -> Response:
         text = _message_text(self.body)

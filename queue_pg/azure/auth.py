@@ -215,6 +215,7 @@ NEEDS: dict[str, tuple[str, str, str | None]] = {
     "get_metadata": ("c", "r", "r"),
     "set_metadata": ("c", "w", None),
     "get_acl": ("c", "", None),  # Shared Key only, as Azure
+    "set_acl": ("c", "", None),
     "put_message": ("o", "a", "a"),
     "get_messages": ("o", "p", "p"),
     "peek_messages": ("o", "r", "r"),
