@@ -191,7 +191,9 @@ BEGIN
                                       -- SQS queue tags (59_sqs.sql)
                                       'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags',
                                       'sqs_set_queue_attributes', 'sqs_queue_attributes',
-                                      'sqs_add_permission', 'sqs_remove_permission')
+                                      'sqs_add_permission', 'sqs_remove_permission',
+                                      -- Azure queue metadata (59_azure.sql)
+                                      'azure_set_metadata', 'azure_metadata', 'azure_list_queues')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

@@ -1,0 +1,513 @@
+"""The ASGI app: Azure Queue Storage's REST API (path-style URLs, XML bodies) over queue_pg.
+
+Each request is checked against its Shared Key signature or SAS token with the account's key from
+``queue_pg.azure_keys`` and then runs as the key's PostgreSQL role, on the SQS endpoint's
+:class:`~queue_pg.sqs.app.RolePool` (one pool for every role, ``SET ROLE`` per loan), so
+queue_pg's own grants decide what the request may do. ``auth=False`` runs every request as the
+DSN's user, for local development.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+from typing import Any
+from xml.etree import ElementTree
+from xml.sax.saxutils import escape
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from queue_pg import errors
+from queue_pg.azure import auth as azauth
+from queue_pg.errors import translate
+from queue_pg.sqs.app import REQUEST_ROLE, Endpoint, RequestTooLarge, _body
+from queue_pg.types import Message
+
+logger = logging.getLogger("queue_pg.azure")
+#: The version answered when the request names none.
+VERSION = "2019-02-02"
+#: Azure's largest message: 64 KiB of message text.
+MAX_MESSAGE_BYTES = 64 * 1024
+#: The longest visibility timeout and delay: 7 days.
+MAX_VISIBILITY = 7 * 24 * 3600
+#: The time-to-live of a message sent without messagettl: Azure's 7 days.
+DEFAULT_TTL = 7 * 24 * 3600
+#: Azure's ExpirationTime of a message that never expires.
+NEVER = "Fri, 31 Dec 9999 23:59:59 GMT"
+#: Settings of a queue this endpoint creates: Azure's 30 s default lease, leases up to 7 days,
+#: messages kept until their own ttl (each message carries one).
+QUEUE_SETTINGS: dict[str, Any] = {"visibility_timeout": 30, "max_lease": MAX_VISIBILITY,
+                                  "message_ttl": None}
+_QUEUE_NAME = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+_META = "x-ms-meta-"
+
+
+class AzureError(Exception):
+    """An error answered as Azure words it: HTTP status, code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _bad_query(name: str, value: str, why: str, out_of_range: bool = False) -> AzureError:
+    if out_of_range:
+        return AzureError(400, "OutOfRangeQueryParameterValue",
+                          "One of the query parameters specified in the request URI is outside"
+                          f" the permissible range: {name}={value!r} ({why}).")
+    return AzureError(400, "InvalidQueryParameterValue", "Value for one of the query parameters"
+                      f" specified in the request URI is invalid: {name}={value!r} ({why}).")
+
+
+#: Azure's words for a request body over its limit.
+TOO_LARGE = "The request body is too large and exceeds the maximum permissible limit."
+
+
+#: queue_pg's exceptions as Azure errors (the first match wins).
+_TABLE: list[tuple[type[Exception], int, str, str | None]] = [
+    (errors.QueueNotFound, 404, "QueueNotFound", "The specified queue does not exist."),
+    (errors.QueueAlreadyExists, 409, "QueueAlreadyExists",
+     "The specified queue already exists."),
+    (errors.MessageNotFound, 404, "MessageNotFound", "The specified message does not exist."),
+    (errors.StaleReceipt, 400, "PopReceiptMismatch",
+     "The specified pop receipt did not match the pop receipt for a dequeued message."),
+    (errors.InvalidReceipt, 400, "PopReceiptMismatch",
+     "The specified pop receipt did not match the pop receipt for a dequeued message."),
+    (errors.MessageTooLarge, 413, "RequestBodyTooLarge", TOO_LARGE),
+    (errors.LeaseLimitExceeded, 400, "OutOfRangeQueryParameterValue", None),
+    (errors.InvalidParameter, 400, "InvalidInput", None),
+    (errors.AccessDenied, 403, "AuthorizationPermissionMismatch",
+     "This request is not authorized to perform this operation using this permission."),
+    (errors.OverLimit, 503, "ServerBusy", None),
+    (RequestTooLarge, 413, "RequestBodyTooLarge", TOO_LARGE),
+]
+
+
+def _error(err: Exception, request_id: str) -> Response:
+    if isinstance(err, AzureError):
+        status, code, text = err.status, err.code, err.message
+    elif isinstance(err, azauth.AuthError):
+        status, code, text = 403, err.code, err.message
+    else:
+        found = next((row for row in _TABLE if isinstance(err, row[0])), None)
+        if found is None:
+            logger.exception("queue_pg.azure: internal error", exc_info=err)
+            status, code, text = 500, "InternalError", "The server encountered an internal error."
+        else:
+            status, code = found[1], found[2]
+            text = found[3] or getattr(err, "message", None) or str(err)
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    body = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>' + code + "</Code><Message>"
+            + escape(f"{text}\nRequestId:{request_id}\nTime:{now}") + "</Message></Error>")
+    return Response(body, status_code=status, media_type="application/xml",
+                    headers={"x-ms-error-code": code})
+
+
+def _http_date(when: datetime | None) -> str:
+    return NEVER if when is None else format_datetime(when.astimezone(timezone.utc), usegmt=True)
+
+
+def _text_of(body: Any) -> str:
+    """A message's text: its JSON string body, or the JSON text of a body sent otherwise."""
+    return body if isinstance(body, str) else json.dumps(body)
+
+
+def _int_param(params: dict[str, str], name: str, lo: int, hi: int, default: int | None
+               ) -> int | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise _bad_query(name, value, "not an integer") from None
+    if not lo <= n <= hi:
+        raise _bad_query(name, value, f"allowed {lo} to {hi}", out_of_range=True)
+    return n
+
+
+def _message_text(body: bytes) -> str:
+    """The MessageText of a ``<QueueMessage>`` body; InvalidXmlDocument when malformed."""
+    if b"<!DOCTYPE" in body.upper() or b"<!ENTITY" in body.upper():
+        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid:"
+                         " document type declarations are refused.")
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as exc:
+        raise AzureError(400, "InvalidXmlDocument",
+                         f"XML specified is not syntactically valid: {exc}") from None
+    node = root.find("MessageText")
+    if root.tag != "QueueMessage" or node is None:
+        raise AzureError(400, "InvalidXmlDocument", "The body must be <QueueMessage> with a"
+                         " <MessageText>.")
+    text = node.text or ""
+    if len(text.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        raise AzureError(413, "RequestBodyTooLarge", f"{TOO_LARGE} The message text is over"
+                         f" {MAX_MESSAGE_BYTES} bytes.")
+    return text
+
+
+def _xml(body: str) -> Response:
+    return Response('<?xml version="1.0" encoding="utf-8"?>' + body,
+                    media_type="application/xml")
+
+
+def _messages_xml(messages: list[Message], *, peek: bool) -> str:
+    parts = ["<QueueMessagesList>"]
+    for m in messages:
+        parts.append(f"<QueueMessage><MessageId>{m.id}</MessageId>"
+                     f"<InsertionTime>{_http_date(m.enqueued_at)}</InsertionTime>"
+                     f"<ExpirationTime>{_http_date(m.expires_at)}</ExpirationTime>")
+        if not peek:
+            parts.append(f"<PopReceipt>{escape(m.receipt or '')}</PopReceipt>"
+                         f"<TimeNextVisible>{_http_date(m.visible_until)}</TimeNextVisible>")
+        parts.append(f"<DequeueCount>{m.receive_count}</DequeueCount>"
+                     f"<MessageText>{escape(_text_of(m.body))}</MessageText></QueueMessage>")
+    parts.append("</QueueMessagesList>")
+    return "".join(parts)
+
+
+def _metadata(request: Request) -> dict[str, str]:
+    return {k[len(_META):]: v for k, v in request.headers.items()
+            if k.lower().startswith(_META)}
+
+
+def _meta_headers(meta: dict[str, Any]) -> dict[str, str]:
+    return {_META + k: str(v) for k, v in meta.items()}
+
+
+def _operation(method: str, parts: list[str], params: dict[str, str]) -> str:
+    """The operation a request names: method, path depth and ``comp``."""
+    comp = params.get("comp", "")
+    depth = len(parts)
+    table: dict[tuple[str, int, str], str] = {
+        ("GET", 1, "list"): "list_queues",
+        ("GET", 1, "properties"): "get_service_properties",
+        ("PUT", 2, ""): "create_queue",
+        ("DELETE", 2, ""): "delete_queue",
+        ("GET", 2, "metadata"): "get_metadata",
+        ("HEAD", 2, "metadata"): "get_metadata",
+        ("PUT", 2, "metadata"): "set_metadata",
+        ("GET", 2, "acl"): "get_acl",
+        ("HEAD", 2, "acl"): "get_acl",
+        ("PUT", 2, "acl"): "set_acl",
+        ("POST", 3, ""): "put_message",
+        ("GET", 3, ""): "get_messages",
+        ("DELETE", 3, ""): "clear_messages",
+        ("DELETE", 4, ""): "delete_message",
+        ("PUT", 4, ""): "update_message",
+    }
+    if depth >= 3 and parts[2] != "messages":
+        depth = 0
+    op = table.get((method, depth, comp))
+    if op == "get_messages" and params.get("peekonly", "").lower() == "true":
+        op = "peek_messages"
+    if op is None:
+        raise AzureError(400, "UnsupportedHttpVerb" if depth else "InvalidUri",
+                         f"The resource doesn't support {method} with comp={comp!r} here.")
+    return op
+
+
+class AzureEndpoint(Endpoint):
+    """The SQS endpoint's state (owner's key look-ups, one :class:`RolePool` and client for
+    every role) with Azure's keys and signatures."""
+
+    def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
+                 account: str | None = None) -> None:
+        super().__init__(dsn, auth=auth, pool_size=pool_size)
+        self.account = account
+
+    async def role_of(self, request: Request, body: bytes) -> str | None:
+        raise NotImplementedError  # Azure's check needs the operation: see authorize
+
+    async def authorize(self, request: Request, account: str, queue: str | None,
+                        operation: str) -> str | None:
+        """The role the request runs as; AuthError when it is not signed by the account's
+        live key, or its SAS token does not allow the operation."""
+        if not self.auth:
+            return None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        query = list(request.query_params.multi_items())
+        raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
+        client = request.client.host if request.client else ""
+        req = azauth.Request(request.method, raw_path, query, headers, client, request.url.scheme)
+        shared = azauth.scheme_of(headers.get("authorization"))
+        sas = None if shared is not None else azauth.parse_sas(query)
+        if shared is None and sas is None:
+            raise azauth.AuthError("The request is not signed: no Authorization header and no"
+                                 " SAS token.", "NoAuthenticationInformation")
+        if shared is not None and shared[1] != account:
+            raise azauth.AuthError("The signing account is not the account of the URL.")
+        key = await self._key(account)
+        now = datetime.now(timezone.utc)
+        if shared is not None:
+            azauth.check_shared_key(req, shared[0], account, shared[2], key[0], now)
+        else:
+            assert sas is not None
+            azauth.check_sas(req, sas, account, queue, key[0], now)
+            azauth.check_sas_allows(sas, operation)
+        return key[1]
+
+    async def _key(self, account: str) -> tuple[str, str]:
+        await self.open()
+        assert self._keys is not None
+        async with self._keys.connection() as conn:
+            with translate():
+                row = await (await conn.execute(
+                    "SELECT secret_key, role FROM queue_pg.azure_key(%s)", [account])).fetchone()
+        if row is None:
+            raise azauth.AuthError("Server failed to authenticate the request: the account has no"
+                                 " live key.")
+        return str(row[0]), str(row[1])
+
+
+class Call:
+    """One request's operation, run as its role on the endpoint's client."""
+
+    def __init__(self, endpoint: AzureEndpoint, request: Request, body: bytes,
+                 queue: str | None, message_id: str | None, params: dict[str, str]) -> None:
+        self.client = endpoint.client
+        self.request, self.body, self.params = request, body, params
+        self.queue = queue or ""
+        self.message_id = message_id
+
+    async def _sql(self, query: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Rows of one statement of sql/api/59_azure.sql, run as the request's role."""
+        async with self.client._borrow() as conn:
+            with translate():
+                cur = await conn.execute(query, params)
+                return await cur.fetchall() if cur.description else []
+
+    async def get_service_properties(self) -> Response:
+        """Azure's defaults, fixed: no logging, metrics or CORS rules (Set is not served)."""
+        off = "<Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy>"
+        return _xml("<StorageServiceProperties><Logging><Version>1.0</Version><Delete>false"
+                    "</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>"
+                    f"false</Enabled></RetentionPolicy></Logging><HourMetrics><Version>1.0"
+                    f"</Version>{off}</HourMetrics><MinuteMetrics><Version>1.0</Version>{off}"
+                    "</MinuteMetrics><Cors /></StorageServiceProperties>")
+
+    async def list_queues(self) -> Response:
+        n = _int_param(self.params, "maxresults", 1, 5000, 5000)
+        assert n is not None
+        prefix, marker = self.params.get("prefix", ""), self.params.get("marker") or None
+        with_meta = "metadata" in self.params.get("include", "").split(",")
+        rows = await self._sql("SELECT name, metadata FROM queue_pg.azure_list_queues(%s, %s, %s)",
+                               [prefix, marker, n])
+        base = f"{self.request.url.scheme}://{self.request.headers.get('host', '')}"
+        account = self.request.url.path.strip("/").split("/")[0]
+        parts = [f'<EnumerationResults ServiceEndpoint="{escape(base)}/{escape(account)}/">'
+                 f"<Prefix>{escape(prefix)}</Prefix>"]
+        if marker:
+            parts.append(f"<Marker>{escape(marker)}</Marker>")
+        parts.append(f"<MaxResults>{n}</MaxResults><Queues>")
+        for name, meta in rows[:n]:
+            parts.append(f"<Queue><Name>{escape(name)}</Name>")
+            if with_meta:
+                parts.append("<Metadata>" + "".join(
+                    f"<{k}>{escape(str(v))}</{k}>" for k, v in meta.items()) + "</Metadata>")
+            parts.append("</Queue>")
+        parts.append("</Queues>")
+        parts.append(f"<NextMarker>{escape(rows[n][0])}</NextMarker>" if len(rows) > n
+                     else "<NextMarker />")
+        parts.append("</EnumerationResults>")
+        return _xml("".join(parts))
+
+    async def _get_metadata(self) -> dict[str, Any]:
+        rows = await self._sql("SELECT queue_pg.azure_metadata(%s)", [self.queue])
+        return dict(rows[0][0]) if rows else {}
+
+    async def _set_metadata(self, meta: dict[str, str]) -> None:
+        await self._sql("SELECT queue_pg.azure_set_metadata(%s, %s::jsonb)",
+                        [self.queue, json.dumps(meta)])
+
+    async def create_queue(self) -> Response:
+        meta = _metadata(self.request)
+        try:
+            await self.client.get_queue(self.queue)
+        except errors.QueueNotFound:
+            await self.client.create_queue(self.queue, **QUEUE_SETTINGS)
+            if meta:
+                await self._set_metadata(meta)
+            return Response(status_code=201)
+        have = await self._get_metadata()
+        if {k.lower(): v for k, v in have.items()} != {k.lower(): v for k, v in meta.items()}:
+            raise AzureError(409, "QueueAlreadyExists", "The specified queue already exists"
+                             " with different metadata.")
+        return Response(status_code=204)
+
+    async def delete_queue(self) -> Response:
+        await self.client.drop_queue(self.queue)
+        return Response(status_code=204)
+
+    async def get_metadata(self) -> Response:
+        meta = await self._get_metadata()
+        stats = await self.client.stats(self.queue)
+        count = stats.visible + stats.in_flight + stats.delayed
+        headers = _meta_headers(meta) | {"x-ms-approximate-messages-count": str(count)}
+        return Response(status_code=200, headers=headers)
+
+    async def set_metadata(self) -> Response:
+        await self._set_metadata(_metadata(self.request))
+        return Response(status_code=204)
+
+    async def get_acl(self) -> Response:
+        await self._get_metadata()  # the queue exists and the caller may see it
+        return _xml("<SignedIdentifiers />")
+
+    async def set_acl(self) -> Response:
+        await self._get_metadata()  # the queue exists and the caller may see it
+        raise AzureError(501, "NotImplemented", "Stored access policies (Set Queue ACL) are not"
+                         " supported by this endpoint: use SAS tokens with their own expiry.")
+
+    async def put_message(self) -> Response:
+        text = _message_text(self.body)
+        delay = _int_param(self.params, "visibilitytimeout", 0, MAX_VISIBILITY, 0)
+        ttl_param = self.params.get("messagettl")
+        ttl: int | None = DEFAULT_TTL
+        if ttl_param == "-1":
+            ttl = None
+        elif ttl_param:
+            ttl = _int_param(self.params, "messagettl", 1, 2**31 - 1, DEFAULT_TTL)
+        if ttl is not None and delay is not None and delay >= ttl:
+            raise _bad_query("visibilitytimeout", str(delay), "must be less than messagettl")
+        message_id = await self.client.send(self.queue, text, delay=delay, ttl=ttl)
+        peeked = await self._inserted(message_id, delay or 0, ttl)
+        return Response('<?xml version="1.0" encoding="utf-8"?>' + peeked, status_code=201,
+                        media_type="application/xml")
+
+    async def _inserted(self, message_id: int, delay: int, ttl: int | None) -> str:
+        """Put Message's answer: the id and times (no pop receipt: see docs/azure.md)."""
+        now = datetime.now(timezone.utc)
+        expires = None if ttl is None else now + timedelta(seconds=ttl)
+        return ("<QueueMessagesList><QueueMessage>"
+                f"<MessageId>{message_id}</MessageId>"
+                f"<InsertionTime>{_http_date(now)}</InsertionTime>"
+                f"<ExpirationTime>{_http_date(expires)}</ExpirationTime>"
+                f"<PopReceipt></PopReceipt>"
+                f"<TimeNextVisible>{_http_date(now + timedelta(seconds=delay))}</TimeNextVisible>"
+                "</QueueMessage></QueueMessagesList>")
+
+    async def get_messages(self) -> Response:
+        n = _int_param(self.params, "numofmessages", 1, 32, 1)
+        vt = _int_param(self.params, "visibilitytimeout", 1, MAX_VISIBILITY, 30)
+        assert n is not None
+        got = await self.client.receive(self.queue, n, visibility_timeout=vt, wait=0)
+        return _xml(_messages_xml(got, peek=False))
+
+    async def peek_messages(self) -> Response:
+        n = _int_param(self.params, "numofmessages", 1, 32, 1)
+        assert n is not None
+        return _xml(_messages_xml(await self.client.peek(self.queue, n), peek=True))
+
+    async def clear_messages(self) -> Response:
+        await self.client.purge(self.queue)
+        return Response(status_code=204)
+
+    def _receipt(self) -> str:
+        receipt = self.params.get("popreceipt")
+        if not receipt:
+            raise AzureError(400, "MissingRequiredQueryParameter",
+                             "A query parameter that's mandatory for this request is not"
+                             " specified: popreceipt.")
+        parts = receipt.split(".")
+        if len(parts) != 4 or parts[1] != self.message_id:
+            raise AzureError(400, "PopReceiptMismatch", "The specified pop receipt did not"
+                             " match the pop receipt for a dequeued message.")
+        return receipt
+
+    async def delete_message(self) -> Response:
+        if not await self.client.delete(self.queue, self._receipt()):
+            raise AzureError(404, "MessageNotFound", "The specified message does not exist.")
+        return Response(status_code=204)
+
+    async def update_message(self) -> Response:
+        receipt = self._receipt()
+        vt = _int_param(self.params, "visibilitytimeout", 0, MAX_VISIBILITY, None)
+        if vt is None:
+            raise AzureError(400, "MissingRequiredQueryParameter",
+                             "A query parameter that's mandatory for this request is not"
+                             " specified: visibilitytimeout.")
+        text = _message_text(self.body) if self.body.strip() else None
+        msg = await self.client.update(self.queue, receipt, body=text, visibility_timeout=vt)
+        return Response(status_code=204, headers={
+            "x-ms-popreceipt": msg.receipt or receipt,
+            "x-ms-time-next-visible": _http_date(msg.visible_until)})
+
+
+def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
+    parts = [p for p in request.url.path.split("/") if p]
+    if not parts:
+        raise AzureError(400, "InvalidUri", "The URL names no account: use"
+                         " http://HOST:PORT/ACCOUNT/QUEUE.")
+    if account is not None and parts[0] != account:
+        raise AzureError(400, "InvalidUri", f"This endpoint serves account {account} only.")
+    if len(parts) >= 2 and not 3 <= len(parts[1]) <= 63:
+        raise AzureError(400, "OutOfRangeInput", "The specified resource name length is not"
+                         " within the permissible limits: queue names are 3 to 63 characters.")
+    if len(parts) >= 2 and not _QUEUE_NAME.match(parts[1]):
+        raise AzureError(400, "InvalidResourceName", "The specified resource name contains"
+                         " invalid characters: queue names are lower-case letters, digits and"
+                         " single dashes, starting and ending with a letter or digit.")
+    if len(parts) == 4 and not (parts[3].isdigit() and parts[3][0] != "0"):
+        raise AzureError(404, "MessageNotFound", "The specified message does not exist.")
+    return parts[0], parts
+
+
+def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
+               account: str | None = None) -> Starlette:
+    """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
+
+    ``account``: the one account name served (None: any account with a live key; without
+    auth, any name)."""
+    endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account)
+
+    async def handle(request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        version = request.headers.get("x-ms-version", VERSION)
+        try:
+            body = await _body(request)
+            acct, parts = _split(request, endpoint.account)
+            params = {k.lower(): v for k, v in request.query_params.items()
+                      if k not in azauth.SAS_PARAMS}
+            operation = _operation(request.method, parts, params)
+            await endpoint.open()
+            queue = parts[1] if len(parts) >= 2 else None
+            role = await endpoint.authorize(request, acct, queue, operation)
+            call = Call(endpoint, request, body, queue, parts[3] if len(parts) == 4 else None,
+                        params)
+            run: Callable[[], Any] = getattr(call, operation)
+            token = REQUEST_ROLE.set(role)  # every connection the call borrows takes it
+            try:
+                response: Response = await run()
+            finally:
+                REQUEST_ROLE.reset(token)
+        except Exception as err:  # every failure answers as Azure does
+            response = _error(err, request_id)
+        response.headers["x-ms-request-id"] = request_id
+        response.headers["x-ms-version"] = version
+        if "x-ms-client-request-id" in request.headers:
+            response.headers["x-ms-client-request-id"] = request.headers["x-ms-client-request-id"]
+        return response
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await endpoint.close()
+
+    routes = [Route("/{path:path}", handle, methods=["GET", "HEAD", "PUT", "POST", "DELETE"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.endpoint = endpoint
+    return app
+
+
+__all__ = ["AzureEndpoint", "create_app"]

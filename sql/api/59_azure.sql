@@ -1,0 +1,139 @@
+-- The Azure Queue Storage endpoint (docs/azure.md): account keys, and queue metadata.
+-- Keys are entry points of the owner and queue_pg_admin only (60_access.sql gives them to no group
+-- role): a key names the PostgreSQL role whose grants decide what its requests may do. An admin
+-- who is not the owner may not make a key for a role above its own, and only the owner reads
+-- secrets back (as 59_sqs.sql does for SQS keys).
+
+-- A new key for `role` under `account_name` (NULL: a generated name): Azure's 3 - 24 lower-case
+-- letters and digits, one live key a name. The key is 64 random bytes (gen_random_uuid's
+-- randomness, 122 bits a uuid), base64 as Azure's account keys.
+CREATE OR REPLACE FUNCTION queue_pg.azure_create_key(role name, account_name text DEFAULT NULL)
+RETURNS TABLE (account text, secret_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    name_ text := coalesce(account_name,
+                           'qp' || left(replace(gen_random_uuid()::text, '-', ''), 16));
+BEGIN
+    IF role IS NULL OR to_regrole(quote_ident(role)) IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
+                             coalesce(quote_literal(left(role, 100)), 'NULL'));
+    END IF;
+    IF name_ !~ '^[a-z0-9]{3,24}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('account = %s is invalid: allowed 3 to 24 lower-case letters and digits',
+                             quote_literal(left(name_, 100)));
+    END IF;
+    IF NOT queue_pg._is_owner() AND (
+        pg_has_role(to_regrole(quote_ident(role)), current_user, 'USAGE')
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role AND r.rolsuper)
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not make an Azure key for role %s',
+                             quote_literal(queue_pg._caller()), quote_literal(role)),
+            DETAIL = 'the role is a superuser or has the queue_pg owner''s privileges; only the'
+                     ' owner or a superuser makes keys for it';
+    END IF;
+    IF EXISTS (SELECT 1 FROM queue_pg.azure_keys k WHERE k.account = name_ AND k.revoked_at IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('account = %s is invalid: it has a live key (revoke it first)',
+                             quote_literal(name_));
+    END IF;
+    account := name_;
+    secret_key := replace(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text
+                                                || gen_random_uuid()::text || gen_random_uuid()::text,
+                                                '-', ''), 'hex'), 'base64'), E'\n', '');
+    INSERT INTO queue_pg.azure_keys (account, secret_key, role)
+    VALUES (name_, azure_create_key.secret_key, azure_create_key.role);
+    RETURN NEXT;
+END $$;
+
+-- Revoke an account's live key: true when it had one.
+CREATE OR REPLACE FUNCTION queue_pg.azure_revoke_key(account text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+    WITH r AS (
+        UPDATE queue_pg.azure_keys k SET revoked_at = clock_timestamp()
+        WHERE k.account = azure_revoke_key.account AND k.revoked_at IS NULL
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM r)
+$$;
+
+-- An account's live key and role, for the endpoint's signature check; no row when unknown,
+-- revoked, or its role was dropped. The owner's only (the endpoint connects as the owner).
+CREATE OR REPLACE FUNCTION queue_pg.azure_key(account text)
+RETURNS TABLE (secret_key text, role name)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not read Azure keys',
+                             quote_literal(queue_pg._caller())),
+            DETAIL = 'only the queue_pg owner (the Azure endpoint''s own connection) reads them';
+    END IF;
+    RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.azure_keys k
+                 WHERE k.account = azure_key.account AND k.revoked_at IS NULL
+                   AND to_regrole(quote_ident(k.role)) IS NOT NULL;
+END $$;
+
+-- Replace a queue's metadata (Set Queue Metadata; needs `manage`): an object of string values,
+-- names as Azure's (C# identifiers, at most 256 characters), 8 KiB in all as Azure.
+CREATE OR REPLACE FUNCTION queue_pg.azure_set_metadata(queue text, metadata jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    bad text;
+    size bigint;
+BEGIN
+    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+        PERFORM queue_pg._raise('QP003', 'metadata must be a JSON object of strings');
+    END IF;
+    SELECT m.key INTO bad FROM jsonb_each(metadata) m
+    WHERE m.key !~ '^[A-Za-z_][A-Za-z0-9_]{0,255}$' OR jsonb_typeof(m.value) <> 'string'
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('metadata name %s is invalid: allowed names of letters, digits and _'
+                             ' (not first a digit), 1 to 256 characters, with string values',
+                             quote_literal(left(bad, 100)));
+    END IF;
+    SELECT coalesce(sum(octet_length(m.key) + octet_length(m.value #>> '{}')), 0) INTO size
+    FROM jsonb_each(metadata) m;
+    PERFORM queue_pg._check('metadata size', size, 0, 8192, 'bytes');
+    INSERT INTO queue_pg.azure_queue_metadata (queue_id, metadata) VALUES (q.id, metadata)
+    ON CONFLICT (queue_id) DO UPDATE SET metadata = excluded.metadata;
+END $$;
+
+-- A queue's metadata ('{}' when none), for a caller who may send to, receive from or manage it.
+CREATE OR REPLACE FUNCTION queue_pg.azure_metadata(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue);
+BEGIN
+    IF NOT queue_pg._sees(q.id) THEN
+        PERFORM queue_pg._authorize(q.id, q.name, 'receive');
+    END IF;
+    RETURN coalesce((SELECT m.metadata FROM queue_pg.azure_queue_metadata m WHERE m.queue_id = q.id),
+                    '{}');
+END $$;
+
+-- List Queues: names from `marker` on (inclusive, Azure's NextMarker) that start with `prefix`,
+-- at most n + 1 (the last one, when there, is the next page's marker), with metadata shown only
+-- for the queues the caller may see (its grants): '{}' for the others.
+CREATE OR REPLACE FUNCTION queue_pg.azure_list_queues(prefix text, marker text, n integer)
+RETURNS TABLE (name text, metadata jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM queue_pg._check('maxresults', n, 1, 5000, 'queues');
+    RETURN QUERY
+    SELECT q.name,
+           CASE WHEN queue_pg._sees(q.id)
+                THEN coalesce((SELECT m.metadata FROM queue_pg.azure_queue_metadata m
+                               WHERE m.queue_id = q.id), '{}')
+                ELSE '{}'::jsonb END
+    FROM queue_pg.queues q
+    WHERE left(q.name, length(coalesce(prefix, ''))) = coalesce(prefix, '')
+      AND (marker IS NULL OR q.name COLLATE "C" >= marker COLLATE "C")
+    ORDER BY q.name COLLATE "C"
+    LIMIT n + 1;
+END $$;
