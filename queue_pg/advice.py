@@ -18,6 +18,7 @@ from queue_pg.types import QueueStats
 __all__ = [
     "DeadLetter",
     "InFlight",
+    "LeaseAdvice",
     "ProcessingTimes",
     "QueueHealth",
     "QueueOverview",
@@ -33,6 +34,7 @@ __all__ = [
     "dead_letters",
     "drop_route",
     "in_flight",
+    "lease_advice",
     "list_routes",
     "processing_times",
     "queue_health",
@@ -194,6 +196,30 @@ class TimeoutAdvice:
 
 
 @dataclass(frozen=True)
+class LeaseAdvice:
+    """A row of ``queue_pg.lease_advice``: the lease a queue's duplicate budget calls for, per
+    queue and type. ``fit`` 'lognormal' (at least 100 samples: the quantile 1 - budget of a
+    lognormal fitted to the upper part, widened when samples are few, within the tuning
+    bounds) or '6 x p99' (thin history: the rule); the expected duplicates per million
+    deliveries at ``lease`` and at the rule's timeout, and the recovery time of hung work
+    (docs/timeouts.md, "Leases from a duplicate budget")."""
+
+    queue: str
+    scope: str
+    type: str | None
+    duplicate_budget: float
+    samples: int
+    confidence: str
+    fit: str | None
+    quantile: float | None
+    lease: float | None
+    duplicates_per_million: float | None
+    recovery_time: float | None
+    rule_timeout: float | None
+    rule_duplicates_per_million: float | None
+
+
+@dataclass(frozen=True)
 class TuningSettings:
     """A queue's tuning settings (the queue row's columns of that name)."""
 
@@ -204,6 +230,7 @@ class TuningSettings:
     auto_tune: bool
     tune_min: float
     tune_max: float | None
+    duplicate_budget: float
 
 
 @dataclass(frozen=True)
@@ -355,6 +382,13 @@ def timeout_advice(
     return Call(query, params, _rows(TimeoutAdvice))
 
 
+def lease_advice(
+    queue: str | None = None, since: datetime | None = None, until: datetime | None = None
+) -> Call[list[LeaseAdvice]]:
+    query, params = _window("lease_advice", queue, since, until)
+    return Call(query, params, _rows(LeaseAdvice))
+
+
 def alter_tuning(
     queue: str,
     *,
@@ -363,14 +397,17 @@ def alter_tuning(
     tune_min: float | None = None,
     tune_max: float | None = None,
     clear: Sequence[str] = (),
+    duplicate_budget: float | None = None,
 ) -> Call[TuningSettings]:
     return Call(
         "select * from queue_pg.alter_tuning(%(queue)s, lease_policy => %(lease_policy)s::text,"
         " auto_tune => %(auto_tune)s::boolean, tune_min => %(tune_min)s::float8,"
-        " tune_max => %(tune_max)s::float8, clear => %(clear)s::text[])",
+        " tune_max => %(tune_max)s::float8, clear => %(clear)s::text[],"
+        " duplicate_budget => %(duplicate_budget)s::float8)",
         {
             "queue": queue, "lease_policy": lease_policy, "auto_tune": auto_tune,
             "tune_min": tune_min, "tune_max": tune_max, "clear": list(clear) or None,
+            "duplicate_budget": duplicate_budget,
         },
         _first(TuningSettings),
     )

@@ -54,3 +54,5 @@ DROP FUNCTION IF EXISTS queue_pg._forget_writes(integer);
 DROP FUNCTION IF EXISTS queue_pg._forget_dedup(timestamptz, integer);
 -- a schedule's name is its queue's (revision 0014): dropping one names the queue
 DROP FUNCTION IF EXISTS queue_pg.drop_schedule(text);
+-- revision 0023 (duplicate budget): alter_tuning's `duplicate_budget`
+DROP FUNCTION IF EXISTS queue_pg.alter_tuning(text, text, boolean, double precision, double precision, text[]);

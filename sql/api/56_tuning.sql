@@ -6,14 +6,18 @@
 --   lease_policy 'fixed' | 'per_type': whether a receive without visibility_timeout gives each
 --     message its type's lease (queue_pg.type_leases, refreshed by tune);
 --   auto_tune: whether maintenance (sweep) and tune() move visibility_timeout toward the advice;
---   tune_min, tune_max: the bounds the tuner keeps to (seconds; max_lease bounds too).
+--   tune_min, tune_max: the bounds the tuner and the per-type leases keep to (seconds;
+--     max_lease bounds too);
+--   duplicate_budget: the share of deliveries that may be a second lease of a live run (1e-9
+--     to 0.01): per-type leases are the processing-time quantile 1 - budget (56_budget.sql).
 CREATE OR REPLACE FUNCTION queue_pg.alter_tuning(
     queue text,
     lease_policy text DEFAULT NULL,
     auto_tune boolean DEFAULT NULL,
     tune_min double precision DEFAULT NULL,
     tune_max double precision DEFAULT NULL,
-    clear text[] DEFAULT NULL
+    clear text[] DEFAULT NULL,
+    duplicate_budget double precision DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -25,6 +29,7 @@ BEGIN
     q.auto_tune := coalesce(alter_tuning.auto_tune, q.auto_tune);
     q.tune_min := coalesce(alter_tuning.tune_min, q.tune_min);
     q.tune_max := coalesce(alter_tuning.tune_max, q.tune_max);
+    q.duplicate_budget := coalesce(alter_tuning.duplicate_budget, q.duplicate_budget);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         PERFORM queue_pg._check_choice('clear', c, ARRAY['tune_max']);
         q.tune_max := NULL;
@@ -34,8 +39,9 @@ BEGIN
     IF q.tune_max IS NOT NULL THEN
         PERFORM queue_pg._check('tune_max', q.tune_max, q.tune_min, q.max_lease);
     END IF;
+    PERFORM queue_pg._check('duplicate_budget', q.duplicate_budget, 1e-9, 0.01, 'of deliveries');
     UPDATE queue_pg.queues t SET lease_policy = q.lease_policy, auto_tune = q.auto_tune,
-        tune_min = q.tune_min, tune_max = q.tune_max
+        tune_min = q.tune_min, tune_max = q.tune_max, duplicate_budget = q.duplicate_budget
     WHERE t.id = q.id;
     IF q.lease_policy = 'per_type' THEN
         PERFORM queue_pg._refresh_type_leases(q, queue_pg._now());
@@ -67,8 +73,9 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE least(recommended, queue_pg._advise(p99, samples, 0, current_timeout, max_lease)) END
 $$;
 
--- The per-type leases of a 'per_type' queue, from the advice of the last 24 hours (_target): a
--- type with at least 30 samples gets its own; the others (and NULL types) the default.
+-- The per-type leases of a 'per_type' queue, from the last 24 hours: a type with at least 100
+-- samples gets the lease of its duplicate budget (_lease_advice), one with 30 to 99 the advice
+-- (_target: 6 x p99); the others (and NULL types) the default.
 CREATE OR REPLACE FUNCTION queue_pg._refresh_type_leases(q queue_pg.queues, at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -80,9 +87,14 @@ BEGIN
     END IF;
     stale := queue_pg._stale_since(q.id, at - interval '24 hours');
     INSERT INTO queue_pg.type_leases (queue_id, type, lease, samples, refreshed_at)
-    SELECT q.id, a.type, queue_pg._target(a.recommended_timeout, a.p99, a.samples, q.visibility_timeout,
-                                          q.max_lease, stale), a.samples, at
+    SELECT q.id, a.type,
+           CASE WHEN b.fit = 'lognormal' THEN b.lease
+                ELSE queue_pg._target(a.recommended_timeout, a.p99, a.samples, q.visibility_timeout,
+                                      q.max_lease, stale) END,
+           a.samples, at
     FROM queue_pg._advice(at - interval '24 hours', at, q.id) a
+    JOIN queue_pg._lease_advice(at - interval '24 hours', at, q.id) b
+      ON b.scope = 'type' AND b.type = a.type
     WHERE a.scope = 'type' AND a.type IS NOT NULL AND a.samples >= 30 AND a.recommended_timeout IS NOT NULL;
 END $$;
 
