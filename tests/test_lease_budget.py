@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from typing import Any
 
 import psycopg
@@ -79,3 +80,35 @@ def test_the_budget_is_checked_and_bounded_by_the_tuning_bounds(
     client.alter_tuning("b", tune_min=100, clear=["tune_max"])
     [w] = [r for r in client.lease_advice("b") if r.type == "w"]
     assert w.lease == 100
+
+
+# --- the tuner: no dead band trap ---------------------------------------------------------------
+
+
+def test_the_tuner_follows_step_changes_within_two_cycles_and_holds_steady(
+    client: queue_pg.Client, conn: Conn
+) -> None:
+    """Fast (0.1 s: target 1 s), then slow (1 s: target 7 s), then fast again: each time the
+    timeout reaches the target within two tune cycles (the first bounded to 2x, the second
+    completes the move: no stop inside the 25% band short of it), then does not move while the
+    target holds."""
+    client.create_queue("step", visibility_timeout=60, max_lease=3600)
+    client.alter_tuning("step", auto_tune=True)
+
+    def cycles(works: list[float], n: int, first: list[float] | None = None) -> list[float]:
+        seen = []
+        for i in range(n):
+            add_history(conn, "step", first if i == 0 and first else works)
+            time.sleep(1.2)  # lowering waits for the longest run (1.05 s) since the last change
+            [s] = client.tune("step")
+            seen.append(s.new_timeout)
+        return seen
+
+    fast = [0.09 + 0.02 * i / 39 for i in range(40)]
+    slow = [0.95 + 0.1 * i / 39 for i in range(40)]
+    assert cycles(fast, 4) == [30, 1, 1, 1]
+    assert cycles(slow, 4) == [2, 7, 7, 7]
+    # back to fast: enough fast runs that the slow ones (160) are under 1% of the day's
+    assert cycles(fast, 4, first=fast * 500) == [3.5, 1, 1, 1]
+    log = [(c.old_timeout, c.new_timeout) for c in client.tuning_log("step")]
+    assert log == [(60, 30), (30, 1), (1, 2), (2, 7), (7, 3.5), (3.5, 1)]
