@@ -99,3 +99,50 @@ END $$;
 CREATE OR REPLACE VIEW queue_pg.lease_advice AS
 SELECT a.* FROM (SELECT queue_pg.now() AS t) n,
      LATERAL queue_pg.lease_advice(n.t - interval '24 hours', n.t) a;
+
+-- Hung work. A heartbeating consumer keeps its lease up to max_lease (12 hours by default), a
+-- hung run with it. On a 'per_type' queue a run of a type with a lease (queue_pg.type_leases:
+-- the budget's quantile, or 6 x p99) is stuck once it has run _hung_factors().stuck times that
+-- lease (stuck_jobs shows it), and past _hung_factors().stop times it a heartbeat that would
+-- extend its lease is refused (LeaseLimitExceeded, as past max_lease: the worker logs a
+-- warning, cancels the job and stops beating) so that the message is delivered again when the
+-- lease it has lapses. At a budget of 1e-6 a live run past twice its type's quantile is far
+-- rarer than one in a million; four times is the point where waiting costs more than a retry.
+CREATE OR REPLACE FUNCTION queue_pg._hung_factors(OUT stuck double precision, OUT stop double precision)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2::float8, 4::float8 $$;
+
+-- Seconds after its receive from which a run of the message's type on queue q (a 'per_type'
+-- queue) has its heartbeats refused; NULL: no limit but max_lease.
+CREATE OR REPLACE FUNCTION queue_pg._hung_limit(q queue_pg.queues, attributes jsonb) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT least(q.max_lease, (queue_pg._hung_factors()).stop * l.lease) FROM queue_pg.type_leases l
+    WHERE q.lease_policy = 'per_type' AND l.queue_id = q.id AND l.type = left(attributes ->> 'type', 100)
+$$;
+
+-- The leased messages whose run has lasted past the stuck point of their type (see above),
+-- with the consumer that leased them (its name, when it registered one): no bodies.
+CREATE OR REPLACE FUNCTION queue_pg._stuck_jobs()
+RETURNS TABLE (queue text, id bigint, type text, consumer text, leased_at timestamptz,
+               running_for double precision, type_lease double precision, stuck_after double precision,
+               stopped_after double precision, visible_until timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    at timestamptz := queue_pg._now();
+BEGIN
+    RETURN QUERY
+    SELECT q.name, m.id, l.type, left(c.name, 100), m.last_received_at,
+           extract(epoch FROM at - m.last_received_at)::float8, l.lease,
+           (queue_pg._hung_factors()).stuck * l.lease, least(q.max_lease, (queue_pg._hung_factors()).stop * l.lease),
+           m.visible_at
+    FROM queue_pg.queues q
+    JOIN queue_pg.type_leases l ON l.queue_id = q.id
+    JOIN queue_pg.messages m ON m.queue_id = q.id AND m.visible_at > at AND m.last_received_at IS NOT NULL
+                            AND left(m.attributes ->> 'type', 100) = l.type
+    LEFT JOIN queue_pg.consumers c ON c.id = m.consumer_id
+    WHERE q.lease_policy = 'per_type' AND queue_pg._sees(q.id)
+      AND (m.expires_at IS NULL OR m.expires_at > at)
+      AND m.last_received_at < at - queue_pg._seconds((queue_pg._hung_factors()).stuck * l.lease)
+    ORDER BY q.name, m.last_received_at;
+END $$;
+
+CREATE OR REPLACE VIEW queue_pg.stuck_jobs AS SELECT * FROM queue_pg._stuck_jobs();
