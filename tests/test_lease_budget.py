@@ -4,8 +4,10 @@ dead band."""
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+import threading
 import time
 from typing import Any
 
@@ -13,7 +15,9 @@ import psycopg
 import pytest
 
 import queue_pg
-from queue_pg.errors import InvalidParameter
+from queue_pg.errors import InvalidParameter, LeaseLimitExceeded
+from queue_pg.jobs import MAX_LEASE, Job
+from queue_pg.worker import Worker
 from tests.test_advice import add_history
 
 Conn = psycopg.Connection[Any]
@@ -112,3 +116,105 @@ def test_the_tuner_follows_step_changes_within_two_cycles_and_holds_steady(
     assert cycles(fast, 4, first=fast * 500) == [3.5, 1, 1, 1]
     log = [(c.old_timeout, c.new_timeout) for c in client.tuning_log("step")]
     assert log == [(60, 30), (30, 1), (1, 2), (2, 7), (7, 3.5), (3.5, 1)]
+
+
+# --- hung work ----------------------------------------------------------------------------------
+
+
+def _quick_queue(client: queue_pg.Client, conn: Conn, name: str) -> None:
+    """A per_type queue whose type 'quick' has a lease of 1 s (0.1 s runs: 6 x p99, floor 1
+    s): stuck after 2 s, heartbeats refused after 4 s."""
+    client.create_queue(name, visibility_timeout=30, max_lease=3600)
+    add_history(conn, name, [0.1] * 40, type="quick")
+    client.alter_tuning(name, lease_policy="per_type")
+
+
+def test_a_hung_run_is_reported_stuck_and_its_heartbeats_stop(
+    client: queue_pg.Client, conn: Conn
+) -> None:
+    _quick_queue(client, conn, "hung")
+    mid = client.send("hung", 1, attributes={"type": "quick"})
+    client.send("hung", 2, attributes={"type": "other"})  # no lease of its type: no limit
+    got = client.receive("hung", max_messages=2, visibility_timeout=2)  # a heartbeater's lease
+    [m] = [x for x in got if x.id == mid]
+    [other] = [x for x in got if x.id != mid]
+    t0 = time.monotonic()
+    stuck: list[Any] = []
+    while time.monotonic() - t0 < 4.3:
+        client.change_visibility("hung", m.receipt or "", 2)  # beats up to the limit are kept
+        client.change_visibility("hung", other.receipt or "", 2)
+        stuck = conn.execute("SELECT id, type, stuck_after, stopped_after FROM queue_pg.stuck_jobs"
+                             " WHERE queue = 'hung'").fetchall()
+        if time.monotonic() - t0 < 1.5:
+            assert stuck == []
+        time.sleep(0.4)
+        if time.monotonic() - t0 > 3.9:
+            break
+    assert stuck == [(mid, "quick", 2.0, 4.0)]
+    time.sleep(max(0.0, 4.2 - (time.monotonic() - t0)))
+    with pytest.raises(LeaseLimitExceeded, match="hung-work limit of type 'quick'"):
+        client.change_visibility("hung", m.receipt or "", 2)
+    client.change_visibility("hung", other.receipt or "", 2)  # the type without a lease: kept
+    # its lease (at most 2 s more) lapses and it is delivered again
+    again = client.receive("hung", wait=5)
+    assert [x.id for x in again] == [mid] and again[0].receive_count == 2
+
+
+def test_a_worker_stops_beating_for_hung_work_and_the_message_comes_back(
+    client: queue_pg.Client, conn: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "queue_pg")
+    _quick_queue(client, conn, "hw")
+    seen: dict[str, Any] = {}
+
+    def handler(job: Job) -> None:
+        t0 = time.monotonic()
+        while not job.cancelled:  # hung: it ends only when told
+            assert time.monotonic() - t0 < 20, "never cancelled"
+            time.sleep(0.01)
+        seen["after"] = time.monotonic() - t0
+        seen["reason"] = job.cancel_reason
+        worker.stop()
+        job.raise_if_cancelled()
+
+    worker = Worker(client, "hw", handler, concurrency=1, wait=0.5, visibility_timeout=1.5)
+    t = threading.Thread(target=worker.run, kwargs={"signals": ()}, daemon=True)
+    t.start()
+    try:
+        mid = client.send("hw", 1, attributes={"type": "quick"})
+        deadline = time.monotonic() + 30
+        while "reason" not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        t.join(10)
+    assert seen["reason"] == MAX_LEASE
+    assert 4.0 <= seen["after"] < 10.0
+    assert any("hung-work limit" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+    [m] = client.receive("hw", wait=5)
+    assert m.id == mid and m.receive_count == 2
+
+
+# --- the bench's baselines ----------------------------------------------------------------------
+
+
+def test_the_bench_baselines_come_from_the_distributions() -> None:
+    """6 x p99 and the fixed timeout of equal risk are read off the workload's distributions:
+    exact quantiles of a known lognormal, a mixture's risk matched, the Pareto tail's cut."""
+    from bench.tuning import SHAPES, Workload
+
+    size = dict(messages=10, consumers=1, heartbeating=0, rate=1.0, history=10, crash_share=0.0)
+    one = Workload(**SHAPES["lognormal"], **size, sigma=0.5)  # type: ignore[arg-type]
+    assert one.quantile(0.99) == pytest.approx(0.1 * math.exp(2.326348 * 0.5), rel=1e-6)
+    assert one.fixed_of_risk(1e-6) == pytest.approx(0.1 * math.exp(Z_1E6 * 0.5), rel=1e-6)
+    two = Workload(**SHAPES["bimodal"], **size, sigma=0.4)  # type: ignore[arg-type]
+    assert two.quantile(0.99) == pytest.approx(2.115, rel=0.01)  # in the slow type's tail
+    leases = {"fast": 1.0, "slow": 12.0}
+    fixed = two.fixed_of_risk(two.risk(leases))
+    assert two.risk(dict.fromkeys(leases, fixed)) == pytest.approx(two.risk(leases), rel=1e-6)
+    assert 1.0 < fixed < 12.0
+    tail = Workload(**SHAPES["pareto"], **size, sigma=0.4)  # type: ignore[arg-type]
+    assert tail.survival("fast", 1.0) == pytest.approx((0.05 / 2 ** (1 / 1.5) / 1.0) ** 1.5)
+    assert tail.survival("fast", 10.0) == 0.0  # runs are cut at 200 x the median
+    assert max(tail.works(["fast"] * 2000, seed=3)) <= 10.0
