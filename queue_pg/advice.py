@@ -25,6 +25,7 @@ __all__ = [
     "QueueSample",
     "Route",
     "SplitPart",
+    "StuckJob",
     "TimeoutAdvice",
     "TuningChange",
     "TuningSettings",
@@ -41,6 +42,7 @@ __all__ = [
     "queue_history",
     "queue_overview",
     "split",
+    "stuck_jobs",
     "timeout_advice",
     "tune",
     "tuning_log",
@@ -131,6 +133,24 @@ class InFlight:
     visible_until: datetime
     lease_expiries: int
     enqueued_at: datetime
+
+
+@dataclass(frozen=True)
+class StuckJob:
+    """A row of ``queue_pg.stuck_jobs``: a leased message of a 'per_type' queue whose run has
+    lasted past ``stuck_after`` (twice its type's lease); past ``stopped_after`` its heartbeats
+    are refused and it is delivered again (docs/timeouts.md, "Hung work"). No body."""
+
+    queue: str
+    id: int
+    type: str
+    consumer: str | None
+    leased_at: datetime
+    running_for: float
+    type_lease: float
+    stuck_after: float
+    stopped_after: float
+    visible_until: datetime
 
 
 @dataclass(frozen=True)
@@ -339,6 +359,13 @@ def in_flight(queue: str | None = None, limit: int | None = None) -> Call[list[I
         "select * from queue_pg.in_flight_messages" + _where_queue(queue) + _limit(limit),
         {"queue": queue, "limit": limit},
         _rows(InFlight),
+    )
+
+
+def stuck_jobs(queue: str | None = None) -> Call[list[StuckJob]]:
+    return Call(
+        "select * from queue_pg.stuck_jobs" + _where_queue(queue), {"queue": queue},
+        _rows(StuckJob),
     )
 
 

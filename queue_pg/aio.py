@@ -425,6 +425,13 @@ class AsyncClient(AsyncClientBase):
         """
         return await self._run(advice.in_flight(queue, limit), conn)
 
+    async def stuck_jobs(
+        self, queue: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> list[advice.StuckJob]:
+        """The leased messages of 'per_type' queues whose run has lasted past twice its type's
+        lease (hung work: past four times, its heartbeats are refused)."""
+        return await self._run(advice.stuck_jobs(queue), conn)
+
     async def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: AsyncConnection | None = None,

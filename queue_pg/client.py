@@ -422,6 +422,13 @@ class Client(ClientBase):
         """
         return self._run(advice.in_flight(queue, limit), conn)
 
+    def stuck_jobs(
+        self, queue: str | None = None, *, conn: Connection | None = None
+    ) -> list[advice.StuckJob]:
+        """The leased messages of 'per_type' queues whose run has lasted past twice its type's
+        lease (hung work: past four times, its heartbeats are refused)."""
+        return self._run(advice.stuck_jobs(queue), conn)
+
     def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: Connection | None = None,

@@ -151,6 +151,8 @@ def test_a_hung_run_is_reported_stuck_and_its_heartbeats_stop(
         if time.monotonic() - t0 > 3.9:
             break
     assert stuck == [(mid, "quick", 2.0, 4.0)]
+    [job] = client.stuck_jobs("hung")
+    assert (job.id, job.type, job.consumer) == (mid, "quick", None) and job.running_for > 2
     time.sleep(max(0.0, 4.2 - (time.monotonic() - t0)))
     with pytest.raises(LeaseLimitExceeded, match="hung-work limit of type 'quick'"):
         client.change_visibility("hung", m.receipt or "", 2)
