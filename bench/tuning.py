@@ -18,8 +18,12 @@ work, and the slow jobs (1 in 200) outlast it.
 Set-ups:
 
 1. ``sqs-default``: SQS's 30 s default, scaled (3 s);
-2. ``best-fixed``: 6 x p99 of a sample of the whole queue's processing times (a careful human
-   looking at the last ``SAMPLE`` runs of yesterday);
+2. ``best-fixed``: 6 x p99 of the whole queue's processing-time distribution, computed from the
+   workload's own distributions (analytically: a sample of a thousand runs misses a rare slow
+   type's tail and came out shorter than every slow job);
+   ``equal-risk``: the one fixed timeout whose predicted duplicate risk (the share of runs
+   longer than it, from the same distributions) equals the per-type leases' predicted risk:
+   the comparison at equal duplicate risk, where per-type leases must win on recovery time;
 3. ``auto-tune``: starts at the scaled SQS default with ``auto_tune`` on; a maintenance thread
    runs ``sweep()`` (whose samples date the stale receipts) and ``tune()`` every second;
 4. ``per-type``: ``lease_policy = 'per_type'``;
@@ -59,10 +63,9 @@ __all__ = ["SCENARIO", "Workload", "run", "run_setup"]
 
 RESULT_NAME = "tuning"
 SCALE = 0.1  #: real seconds per workload second: SQS's 30 s default becomes 3 s
-SETUPS = ("sqs-default", "best-fixed", "auto-tune", "per-type", "routing")
+SETUPS = ("sqs-default", "best-fixed", "equal-risk", "auto-tune", "per-type", "routing")
 DLQ = "jobs-dlq"
 MAX_RECEIVES = 5
-SAMPLE = 1000  #: runs of yesterday a careful human computes the p99 of
 #: The mixes of types (``--mix``): slow share and median, medium share and median (seconds).
 MIXES = {
     # the whole queue's p99 misses the slow type: 6 x p99 fits the fast one
@@ -72,6 +75,19 @@ MIXES = {
     # the p99 lands on a medium type, and a rarer slow one outlasts 6 x p99
     "three-types": (0.005, 12.0, 0.02, 2.0),
 }
+#: Workloads stated by their distributions (``--mix``): the bimodal one (fast 40 ms median /
+#: 150 ms p99, slow 600 ms / 2.5 s, half each), one lognormal type, one heavy-tailed Pareto
+#: type (alpha 1.5: no quantile of it is safe; its runs are cut at PARETO_CAP x the median so a
+#: run ends, and the distributions the baselines read are cut the same way).
+SHAPES: dict[str, dict[str, Any]] = {
+    "bimodal": dict(slow_share=0.5, fast_median=0.04, slow_median=0.6,
+                    fast_sigma=math.log(0.15 / 0.04) / 2.326348,
+                    slow_sigma=math.log(2.5 / 0.6) / 2.326348),
+    "lognormal": dict(slow_share=0.0, fast_median=0.1, slow_median=0.1, fast_sigma=0.5),
+    "pareto": dict(slow_share=0.0, fast_median=0.05, slow_median=0.05, tail="pareto"),
+}
+PARETO_ALPHA = 1.5
+PARETO_CAP = 200.0  #: a Pareto run lasts at most this many times the median
 DEFAULT_MIX = "rare-slow"  #: results of another mix go to tuning-MIX.md
 HEARTBEAT_LEASE = 1.0  #: seconds (scaled: 10 s) a heartbeating consumer leases and renews
 
@@ -96,6 +112,9 @@ class Workload:
     detect_crashes: bool = True
     medium_share: float = 0.0  #: share of messages of type "medium" (a third type; 0: none)
     medium_median: float = 0.0
+    fast_sigma: float | None = None  #: per type (None: sigma)
+    slow_sigma: float | None = None
+    tail: str = "lognormal"  #: or "pareto" (alpha PARETO_ALPHA, cut at PARETO_CAP x median)
 
     def types(self, seed: int | None = None, n: int | None = None) -> list[str]:
         rng = random.Random(self.seed if seed is None else seed)
@@ -112,16 +131,65 @@ class Workload:
         return ["fast"] + (["medium"] if self.medium_share else []) + ["slow"]
 
     def describe(self) -> str:
+        if self.tail == "pareto":
+            return (f"one type, Pareto alpha {PARETO_ALPHA:g}, median {self.fast_median:g} s"
+                    f" (runs cut at {PARETO_CAP:g} x the median)")
+        if not self.slow_share and not self.medium_share:
+            return f"one type, lognormal median {self.fast_median:g} s, sigma {self.sigma:g}"
         parts = [f"{self.slow_share:.1%} of type slow (lognormal median {self.slow_median:g} s)"]
         if self.medium_share:
             parts.append(f"{self.medium_share:.1%} medium (median {self.medium_median:g} s)")
         return (", ".join(parts) + f" and the rest fast (median {self.fast_median:g} s),"
                 f" sigma {self.sigma:g}")
 
-    def work(self, type: str, rng: random.Random) -> float:
+    def _median_sigma(self, type: str) -> tuple[float, float]:
         median = {"slow": self.slow_median, "medium": self.medium_median}.get(type,
                                                                               self.fast_median)
-        return rng.lognormvariate(math.log(median), self.sigma)
+        sigma = {"slow": self.slow_sigma, "fast": self.fast_sigma}.get(type)
+        return median, self.sigma if sigma is None else sigma
+
+    def work(self, type: str, rng: random.Random) -> float:
+        median, sigma = self._median_sigma(type)
+        if self.tail == "pareto":  # median = xm 2^(1/alpha)
+            xm = median / 2 ** (1 / PARETO_ALPHA)
+            return min(xm * float((1 - rng.random()) ** (-1 / PARETO_ALPHA)), PARETO_CAP * median)
+        return rng.lognormvariate(math.log(median), sigma)
+
+    def shares(self) -> dict[str, float]:
+        out = {"slow": self.slow_share, "medium": self.medium_share}
+        out["fast"] = 1 - self.slow_share - self.medium_share
+        return {t: v for t, v in out.items() if v > 0}
+
+    def survival(self, type: str, t: float) -> float:
+        """P(a run of ``type`` lasts longer than ``t`` seconds): from the distribution itself."""
+        median, sigma = self._median_sigma(type)
+        if t <= 0:
+            return 1.0
+        if self.tail == "pareto":
+            xm = median / 2 ** (1 / PARETO_ALPHA)
+            return 0.0 if t >= PARETO_CAP * median else min(1.0, float((xm / t) ** PARETO_ALPHA))
+        return 1 - statistics.NormalDist(math.log(median), sigma).cdf(math.log(t))
+
+    def risk(self, leases: dict[str, float]) -> float:
+        """The predicted share of deliveries whose run outlasts its lease (``leases`` per type)."""
+        return sum(share * self.survival(t, leases[t]) for t, share in self.shares().items())
+
+    def quantile(self, q: float) -> float:
+        """The whole queue's processing-time quantile ``q`` (bisection on the mixture)."""
+        return self.fixed_of_risk(1 - q)
+
+    def fixed_of_risk(self, risk: float) -> float:
+        """The fixed timeout whose predicted duplicate risk is ``risk`` (0 if none needed)."""
+        lo, hi = 1e-6, 1e6
+        if self.risk(dict.fromkeys(self.shares(), lo)) <= risk:
+            return lo
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            if self.risk(dict.fromkeys(self.shares(), mid)) > risk:
+                lo = mid
+            else:
+                hi = mid
+        return hi
 
     def works(self, types: Sequence[str] | None = None, seed: int | None = None) -> list[float]:
         """Processing time of each message (the same on every delivery)."""
@@ -153,6 +221,9 @@ class Outcome:
     timeout_path: list[float] = field(default_factory=list)  #: auto-tune: the timeouts set
     #: (type, "heartbeat" | "no heartbeat") of the crash -> its crash -> redelivery times
     recovery_by: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: the leases' duplicates per million deliveries predicted from the workload's
+    #: distributions (None: leases that change during the run)
+    predicted_dpm: float | None = None
 
     def row(self) -> dict[str, Any]:
         rec = sorted(self.recovery)
@@ -161,6 +232,7 @@ class Outcome:
             "timeouts": self.timeouts,
             "messages": self.messages,
             "duplicates": self.duplicates,
+            "predicted_duplicates_per_million": self.predicted_dpm,
             "crashes": self.crashes,
             "dead_lettered": self.dead_lettered,
             "recovery_mean_s": statistics.fmean(rec) if rec else None,
@@ -203,6 +275,25 @@ def _p99(values: Sequence[float]) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def type_leases(client: queue_pg.Client, w: Workload) -> dict[str, float]:
+    """The lease each type of "jobs" gets under lease_policy 'per_type' (the duplicate budget's
+    lease, or the rule on thin history; a type without one gets the queue's timeout)."""
+    default = client.get_queue("jobs").visibility_timeout
+    got = {r.type: r.lease for r in client.lease_advice("jobs")
+           if r.scope == "type" and r.type is not None and r.lease is not None and r.samples >= 30}
+    return {t: got.get(t, default) for t in w.shares()}
+
+
+def predicted_risk(setup: str, client: queue_pg.Client, w: Workload) -> float | None:
+    """Duplicates per million deliveries of a set-up's leases, predicted from the workload's
+    distributions (None: leases that change during the run, or a queue per type)."""
+    if setup == "per-type":
+        return 1e6 * w.risk(type_leases(client, w))
+    if setup in ("sqs-default", "best-fixed", "equal-risk"):
+        return 1e6 * w.risk(dict.fromkeys(w.shares(), client.get_queue("jobs").visibility_timeout))
+    return None
+
+
 def _prepare(client: queue_pg.Client, conn: Any, setup: str, w: Workload) -> tuple[list[str], str]:
     """Make the set-up's queue(s); returns the queues consumers read and a label of the leases."""
     sqs = 30 * SCALE
@@ -215,8 +306,12 @@ def _prepare(client: queue_pg.Client, conn: Any, setup: str, w: Workload) -> tup
         return ["jobs"], f"{sqs:g} s"
     _history(conn, "jobs", types, works)
     if setup == "best-fixed":
-        sample = works[-SAMPLE:]
-        fixed = max(1.0, math.ceil(6 * _p99(sample)))
+        fixed = max(1.0, math.ceil(6 * w.quantile(0.99)))
+        client.alter_queue("jobs", visibility_timeout=fixed)
+        return ["jobs"], f"{fixed:g} s"
+    if setup == "equal-risk":
+        risk = w.risk(type_leases(client, w))
+        fixed = round(w.fixed_of_risk(risk), 3)
         client.alter_queue("jobs", visibility_timeout=fixed)
         return ["jobs"], f"{fixed:g} s"
     if setup == "auto-tune":
@@ -224,8 +319,7 @@ def _prepare(client: queue_pg.Client, conn: Any, setup: str, w: Workload) -> tup
         return ["jobs"], f"from {sqs:g} s"
     if setup == "per-type":
         client.alter_tuning("jobs", lease_policy="per_type")
-        leases = {r.type: r.recommended_timeout for r in client.timeout_advice("jobs")
-                  if r.scope == "type"}
+        leases = type_leases(client, w)
         return ["jobs"], ", ".join(f"{t} {v:g} s" for t, v in sorted(leases.items()))
     parts = client.split("jobs", apply=True)
     return ["jobs"] + [p.target for p in parts if p.routed], ", ".join(
@@ -249,6 +343,7 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
     with queue_pg.Client(dsn, sweep_interval=None, max_size=w.consumers + 4) as client, \
             db.connect(dsn) as conn:
         queues, label = _prepare(client, conn, setup, w)
+        predicted = predicted_risk(setup, client, w)
         began = time.monotonic()
 
         def produce() -> None:
@@ -367,7 +462,7 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
             path.extend(c.new_timeout for c in log_)
             label += " to " + " -> ".join(f"{x:g}" for x in path) + " s" if path else ""
     return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery,
-                   path, recovery_by)
+                   path, recovery_by, predicted)
 
 
 CONVERGE_MEDIAN = 0.5  #: seconds: the convergence runs' work (lognormal, sigma CONVERGE_SIGMA)
@@ -451,10 +546,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " differs)")
     parser.add_argument("--only", default=None,
                         help="comma-separated set-ups to run (default all)")
-    parser.add_argument("--mix", choices=sorted(MIXES), default=DEFAULT_MIX,
+    parser.add_argument("--mix", choices=sorted(MIXES) + sorted(SHAPES), default=DEFAULT_MIX,
                         help="the types of the queue (default rare-slow: 0.5%% slow, which a p99"
                         " of the whole queue misses; common-slow: 3%% slow; three-types: 2%%"
-                        " medium and 0.5%% slow)")
+                        " medium and 0.5%% slow; bimodal: fast 40 ms median / 150 ms p99 and"
+                        " slow 600 ms / 2.5 s, half each; lognormal: one type, median 0.1 s,"
+                        " sigma 0.5; pareto: one type, alpha 1.5, median 0.05 s)")
     parser.add_argument("--no-detect-crashes", dest="detect_crashes", action="store_false",
                         help="consumers do not register: a crashed consumer's leases lapse")
     parser.add_argument("--quick", action="store_true",
@@ -462,6 +559,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
+    if args.mix in SHAPES:
+        shape: dict[str, Any] = dict(SHAPES[args.mix])
+        size = (dict(messages=80, consumers=6, heartbeating=3, rate=40, history=400)
+                if args.quick else
+                dict(messages=int(args.messages * args.scale), consumers=args.consumers,
+                     heartbeating=(args.consumers // 2 if args.heartbeating is None
+                                   else args.heartbeating),
+                     rate=args.rate, history=args.history))
+        return Workload(**shape, **size, sigma=shape.get("fast_sigma", 0.4), crash_share=0.05,
+                        detect_crashes=args.detect_crashes)
     if args.quick:
         return Workload(messages=80, slow_share=0.05, fast_median=0.02, slow_median=0.3,
                         sigma=0.3, crash_share=0.05, consumers=6, heartbeating=3, rate=40,
@@ -516,12 +623,13 @@ def run(args: argparse.Namespace) -> int:
                     migrate(dsn)
                     convergence.append({"run": n, "label": label, **converge(dsn, start, log)})
     table = markdown_table(
-        ["set-up", "run", "timeout(s)", "duplicates", "dead-lettered", "crashes",
-         "crash to redelivery mean s", "p99 s", "throughput msg/s"],
-        [[r["setup"], r["run"], r["timeouts"], r["duplicates"], r["dead_lettered"], r["crashes"],
+        ["set-up", "run", "timeout(s)", "predicted duplicates / million", "duplicates",
+         "dead-lettered", "crashes", "crash to redelivery mean s", "p99 s", "throughput msg/s"],
+        [[r["setup"], r["run"], r["timeouts"], _fmt(r["predicted_duplicates_per_million"]),
+          r["duplicates"], r["dead_lettered"], r["crashes"],
           _fmt(r["recovery_mean_s"]), _fmt(r["recovery_p99_s"]), _fmt(r["throughput_per_s"])]
          for r in rows],
-        "lrlrrrrrr",
+        "lrlrrrrrrr",
     )
     groups = [f"{t}/{k}" for t in w.kinds() for k in ("heartbeat", "no heartbeat")]
     by_type = markdown_table(
@@ -548,7 +656,9 @@ def run(args: argparse.Namespace) -> int:
           f" with a dead-letter queue; {sum(t != 'fast' for t in w.types())}"
           f" {'slow and medium' if w.medium_share else 'slow'} messages in"
           f" the run. The advice starts from {w.history} finished messages of yesterday (the same"
-          f" distributions, another draw); best-fixed is 6 x p99 of the last {SAMPLE} of them."
+          f" distributions, another draw); best-fixed is 6 x p99 of the whole queue's"
+          f" distribution (p99 {w.quantile(0.99):.3g} s), equal-risk the fixed timeout of the"
+          f" per-type leases' predicted risk (both from the distributions, not a sample)."
           f"\n\n{table}\n\nCrash to redelivery by the crashed message's type and the kind of"
           f" consumer that crashed (a crash whose message another consumer already held and"
           f" finished has no redelivery):\n\n{by_type}\n")

@@ -18,6 +18,7 @@ from queue_pg.types import QueueStats
 __all__ = [
     "DeadLetter",
     "InFlight",
+    "LeaseAdvice",
     "ProcessingTimes",
     "QueueHealth",
     "QueueOverview",
@@ -25,6 +26,7 @@ __all__ = [
     "ReplicaStatus",
     "Route",
     "SplitPart",
+    "StuckJob",
     "TimeoutAdvice",
     "TuningChange",
     "TuningSettings",
@@ -34,12 +36,14 @@ __all__ = [
     "dead_letters",
     "drop_route",
     "in_flight",
+    "lease_advice",
     "list_routes",
     "processing_times",
     "queue_health",
     "queue_history",
     "queue_overview",
     "split",
+    "stuck_jobs",
     "timeout_advice",
     "tune",
     "tuning_log",
@@ -153,6 +157,24 @@ class InFlight:
 
 
 @dataclass(frozen=True)
+class StuckJob:
+    """A row of ``queue_pg.stuck_jobs``: a leased message of a 'per_type' queue whose run has
+    lasted past ``stuck_after`` (twice its type's lease); past ``stopped_after`` its heartbeats
+    are refused and it is delivered again (docs/timeouts.md, "Hung work"). No body."""
+
+    queue: str
+    id: int
+    type: str
+    consumer: str | None
+    leased_at: datetime
+    running_for: float
+    type_lease: float
+    stuck_after: float
+    stopped_after: float
+    visible_until: datetime
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """A message of a dead-letter queue (``queue_pg.dead_letters``): no body."""
 
@@ -215,6 +237,30 @@ class TimeoutAdvice:
 
 
 @dataclass(frozen=True)
+class LeaseAdvice:
+    """A row of ``queue_pg.lease_advice``: the lease a queue's duplicate budget calls for, per
+    queue and type. ``fit`` 'lognormal' (at least 100 samples: the quantile 1 - budget of a
+    lognormal fitted to the upper part, widened when samples are few, within the tuning
+    bounds) or '6 x p99' (thin history: the rule); the expected duplicates per million
+    deliveries at ``lease`` and at the rule's timeout, and the recovery time of hung work
+    (docs/timeouts.md, "Leases from a duplicate budget")."""
+
+    queue: str
+    scope: str
+    type: str | None
+    duplicate_budget: float
+    samples: int
+    confidence: str
+    fit: str | None
+    quantile: float | None
+    lease: float | None
+    duplicates_per_million: float | None
+    recovery_time: float | None
+    rule_timeout: float | None
+    rule_duplicates_per_million: float | None
+
+
+@dataclass(frozen=True)
 class TuningSettings:
     """A queue's tuning settings (the queue row's columns of that name)."""
 
@@ -225,6 +271,7 @@ class TuningSettings:
     auto_tune: bool
     tune_min: float
     tune_max: float | None
+    duplicate_budget: float
 
 
 @dataclass(frozen=True)
@@ -369,6 +416,13 @@ def in_flight(queue: str | None = None, limit: int | None = None) -> Call[list[I
     )
 
 
+def stuck_jobs(queue: str | None = None) -> Call[list[StuckJob]]:
+    return Call(
+        "select * from queue_pg.stuck_jobs" + _where_queue(queue), {"queue": queue},
+        _rows(StuckJob),
+    )
+
+
 def dead_letters(dlq: str | None = None, limit: int | None = None) -> Call[list[DeadLetter]]:
     return Call(
         "select * from queue_pg.dead_letters" + _where_queue(dlq, "dead_letter_queue")
@@ -409,6 +463,13 @@ def timeout_advice(
     return Call(query, params, _rows(TimeoutAdvice))
 
 
+def lease_advice(
+    queue: str | None = None, since: datetime | None = None, until: datetime | None = None
+) -> Call[list[LeaseAdvice]]:
+    query, params = _window("lease_advice", queue, since, until)
+    return Call(query, params, _rows(LeaseAdvice))
+
+
 def alter_tuning(
     queue: str,
     *,
@@ -417,14 +478,17 @@ def alter_tuning(
     tune_min: float | None = None,
     tune_max: float | None = None,
     clear: Sequence[str] = (),
+    duplicate_budget: float | None = None,
 ) -> Call[TuningSettings]:
     return Call(
         "select * from queue_pg.alter_tuning(%(queue)s, lease_policy => %(lease_policy)s::text,"
         " auto_tune => %(auto_tune)s::boolean, tune_min => %(tune_min)s::float8,"
-        " tune_max => %(tune_max)s::float8, clear => %(clear)s::text[])",
+        " tune_max => %(tune_max)s::float8, clear => %(clear)s::text[],"
+        " duplicate_budget => %(duplicate_budget)s::float8)",
         {
             "queue": queue, "lease_policy": lease_policy, "auto_tune": auto_tune,
             "tune_min": tune_min, "tune_max": tune_max, "clear": list(clear) or None,
+            "duplicate_budget": duplicate_budget,
         },
         _first(TuningSettings),
     )

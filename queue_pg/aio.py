@@ -486,6 +486,13 @@ class AsyncClient(AsyncClientBase):
         """
         return await self._run(advice.in_flight(queue, limit), conn)
 
+    async def stuck_jobs(
+        self, queue: str | None = None, *, conn: AsyncConnection | None = None
+    ) -> list[advice.StuckJob]:
+        """The leased messages of 'per_type' queues whose run has lasted past twice its type's
+        lease (hung work: past four times, its heartbeats are refused)."""
+        return await self._run(advice.stuck_jobs(queue), conn)
+
     async def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: AsyncConnection | None = None,
@@ -511,17 +518,26 @@ class AsyncClient(AsyncClientBase):
         """The advice over [since, until) (default: the last 24 hours)."""
         return await self._run(advice.timeout_advice(queue, since, until), conn)
 
+    async def lease_advice(
+        self, queue: str | None = None, *, since: datetime | None = None,
+        until: datetime | None = None, conn: AsyncConnection | None = None,
+    ) -> list[advice.LeaseAdvice]:
+        """The leases the duplicate budget calls for over [since, until) (default: the last 24
+        hours), with their predicted duplicates and recovery time beside the 6 x p99 rule's."""
+        return await self._run(advice.lease_advice(queue, since, until), conn)
+
     async def alter_tuning(
         self, queue: str, *, lease_policy: str | None = None, auto_tune: bool | None = None,
         tune_min: float | None = None, tune_max: float | None = None, clear: Sequence[str] = (),
-        conn: AsyncConnection | None = None,
+        duplicate_budget: float | None = None, conn: AsyncConnection | None = None,
     ) -> advice.TuningSettings:
         """Changes how a queue's leases are chosen and tuned: ``lease_policy`` ('fixed' or
-        'per_type'), ``auto_tune`` and its bounds; ``clear`` resets the named bounds.
+        'per_type'), ``auto_tune`` and its bounds; ``clear`` resets the named bounds;
+        ``duplicate_budget`` (1e-9 to 0.01 of deliveries) sets the risk per-type leases meet.
         """
         return await self._run(advice.alter_tuning(
             queue, lease_policy=lease_policy, auto_tune=auto_tune, tune_min=tune_min,
-            tune_max=tune_max, clear=clear), conn)
+            tune_max=tune_max, clear=clear, duplicate_budget=duplicate_budget), conn)
 
     async def tune(
         self, queue: str | None = None, *, apply: bool = True, conn: AsyncConnection | None = None

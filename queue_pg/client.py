@@ -483,6 +483,13 @@ class Client(ClientBase):
         """
         return self._run(advice.in_flight(queue, limit), conn)
 
+    def stuck_jobs(
+        self, queue: str | None = None, *, conn: Connection | None = None
+    ) -> list[advice.StuckJob]:
+        """The leased messages of 'per_type' queues whose run has lasted past twice its type's
+        lease (hung work: past four times, its heartbeats are refused)."""
+        return self._run(advice.stuck_jobs(queue), conn)
+
     def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: Connection | None = None,
@@ -508,17 +515,26 @@ class Client(ClientBase):
         """The advice over [since, until) (default: the last 24 hours)."""
         return self._run(advice.timeout_advice(queue, since, until), conn)
 
+    def lease_advice(
+        self, queue: str | None = None, *, since: datetime | None = None,
+        until: datetime | None = None, conn: Connection | None = None,
+    ) -> list[advice.LeaseAdvice]:
+        """The leases the duplicate budget calls for over [since, until) (default: the last 24
+        hours), with their predicted duplicates and recovery time beside the 6 x p99 rule's."""
+        return self._run(advice.lease_advice(queue, since, until), conn)
+
     def alter_tuning(
         self, queue: str, *, lease_policy: str | None = None, auto_tune: bool | None = None,
         tune_min: float | None = None, tune_max: float | None = None, clear: Sequence[str] = (),
-        conn: Connection | None = None,
+        duplicate_budget: float | None = None, conn: Connection | None = None,
     ) -> advice.TuningSettings:
         """Changes how a queue's leases are chosen and tuned: ``lease_policy`` ('fixed' or
-        'per_type'), ``auto_tune`` and its bounds; ``clear`` resets the named bounds.
+        'per_type'), ``auto_tune`` and its bounds; ``clear`` resets the named bounds;
+        ``duplicate_budget`` (1e-9 to 0.01 of deliveries) sets the risk per-type leases meet.
         """
         return self._run(advice.alter_tuning(
             queue, lease_policy=lease_policy, auto_tune=auto_tune, tune_min=tune_min,
-            tune_max=tune_max, clear=clear), conn)
+            tune_max=tune_max, clear=clear, duplicate_budget=duplicate_budget), conn)
 
     def tune(
         self, queue: str | None = None, *, apply: bool = True, conn: Connection | None = None

@@ -121,6 +121,7 @@ queues = Table(
     Column("content_dedup", Boolean, nullable=False, server_default=text("false")),
     Column("dedup_window", DOUBLE_PRECISION, nullable=False, server_default=text("300")),
     Column("lease_durability", Text, nullable=False, server_default=text("'durable'::text")),
+    Column("duplicate_budget", DOUBLE_PRECISION, nullable=False, server_default=text("1e-06")),
     PrimaryKeyConstraint("id", name="queues_pkey"),
     UniqueConstraint("name", name="queues_name_key"),
     CheckConstraint("name ~ '^[A-Za-z0-9_-]{1,80}$'", name="queues_name_check"),
@@ -131,6 +132,10 @@ queues = Table(
         "lease_policy IN ('fixed', 'per_type')", name="queues_lease_policy_check"
     ),
     CheckConstraint("NOT (fifo AND fair)", name="queues_fifo_fair_check"),
+    CheckConstraint(
+        "duplicate_budget >= 1e-9 AND duplicate_budget <= 0.01",
+        name="queues_duplicate_budget_check",
+    ),
 )
 
 in_flight = Table(

@@ -120,6 +120,8 @@ def test_worker_logs_show_hostile_task_names_and_reasons_escaped(
     finally:
         worker.terminate()
         worker.wait(60)
+        with psycopg.connect(clean, autocommit=True) as c:  # the run's database: leave no table
+            c.execute("DROP TABLE IF EXISTS worker_runs")
     text = log.read_text()
     assert_safe(text)
     assert "boom [/] [bold]t\\x1b]0;pwned" in text and "FAKE LINE" in text

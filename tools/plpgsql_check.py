@@ -39,6 +39,7 @@ WAIVED: dict[tuple[str, str], str] = {
     ("redrive", 'name of parameter "to" is reserved keyword'): _KEYWORD_NAME,
     ("redrive", 'name of parameter "limit" is reserved keyword'): _KEYWORD_NAME,
     ("start_redrive", 'name of parameter "to" is reserved keyword'): _KEYWORD_NAME,
+    ("redrive_message", 'name of parameter "to" is reserved keyword'): _KEYWORD_NAME,
     ("_send_rows", 'name of parameter "group" is reserved keyword'): (
         "send's and send_batch's parameter name, passed on; "
         "CREATE OR REPLACE cannot rename an input parameter"

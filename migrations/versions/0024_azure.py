@@ -1,7 +1,7 @@
 """Account keys and queue metadata of the Azure Queue endpoint: sql/schema/0024_azure.sql.
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-11-27 04:00:00
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from queue_pg.install import run_schema_file, run_sql
 
 revision: str = "0024"
-down_revision: str | Sequence[str] | None = "0022"
+down_revision: str | Sequence[str] | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

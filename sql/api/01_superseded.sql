@@ -74,3 +74,5 @@ DROP FUNCTION IF EXISTS queue_pg._current_lease(bigint, integer, integer, timest
     integer, timestamptz);
 -- stats's exact (counts past _exact_up_to() estimated unless exact)
 DROP FUNCTION IF EXISTS queue_pg.stats(text);
+-- revision 0023 (duplicate budget): alter_tuning's `duplicate_budget`
+DROP FUNCTION IF EXISTS queue_pg.alter_tuning(text, text, boolean, double precision, double precision, text[]);

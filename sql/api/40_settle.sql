@@ -224,6 +224,15 @@ BEGIN
         PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, r.id, r.lease_no, r.token));
     END IF;
     cap := m.last_received_at + queue_pg._seconds(q.max_lease);
+    -- a 'per_type' queue's hung work: past its type's limit, no extension (56_budget.sql)
+    IF q.lease_policy = 'per_type' AND n + queue_pg._seconds(coalesce(timeout, 0)) > m.visible_at
+       AND n > m.last_received_at + queue_pg._seconds(coalesce(queue_pg._hung_limit(q, m.attributes), q.max_lease)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP007',
+            MESSAGE = format('%s = %s would extend the lease of a run that has lasted %s seconds, past the hung-work limit of type %s (%s seconds after the receive at %s): the message is delivered again when its lease ends',
+                             param, queue_pg._fmt(timeout), round(extract(epoch FROM n - m.last_received_at)::numeric, 3),
+                             quote_literal(left(m.attributes ->> 'type', 100)),
+                             queue_pg._fmt(queue_pg._hung_limit(q, m.attributes)), m.last_received_at);
+    END IF;
     IF n + queue_pg._seconds(coalesce(timeout, 0)) > cap THEN
         RAISE EXCEPTION USING ERRCODE = 'QP007',
             MESSAGE = format('%s = %s would end the lease at %s, past max_lease = %s seconds after the receive at %s (allowed up to %s seconds from now)',

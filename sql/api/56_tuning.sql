@@ -6,14 +6,18 @@
 --   lease_policy 'fixed' | 'per_type': whether a receive without visibility_timeout gives each
 --     message its type's lease (queue_pg.type_leases, refreshed by tune);
 --   auto_tune: whether maintenance (sweep) and tune() move visibility_timeout toward the advice;
---   tune_min, tune_max: the bounds the tuner keeps to (seconds; max_lease bounds too).
+--   tune_min, tune_max: the bounds the tuner and the per-type leases keep to (seconds;
+--     max_lease bounds too);
+--   duplicate_budget: the share of deliveries that may be a second lease of a live run (1e-9
+--     to 0.01): per-type leases are the processing-time quantile 1 - budget (56_budget.sql).
 CREATE OR REPLACE FUNCTION queue_pg.alter_tuning(
     queue text,
     lease_policy text DEFAULT NULL,
     auto_tune boolean DEFAULT NULL,
     tune_min double precision DEFAULT NULL,
     tune_max double precision DEFAULT NULL,
-    clear text[] DEFAULT NULL
+    clear text[] DEFAULT NULL,
+    duplicate_budget double precision DEFAULT NULL
 ) RETURNS SETOF queue_pg.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -25,6 +29,7 @@ BEGIN
     q.auto_tune := coalesce(alter_tuning.auto_tune, q.auto_tune);
     q.tune_min := coalesce(alter_tuning.tune_min, q.tune_min);
     q.tune_max := coalesce(alter_tuning.tune_max, q.tune_max);
+    q.duplicate_budget := coalesce(alter_tuning.duplicate_budget, q.duplicate_budget);
     FOREACH c IN ARRAY coalesce(clear, '{}') LOOP
         PERFORM queue_pg._check_choice('clear', c, ARRAY['tune_max']);
         q.tune_max := NULL;
@@ -34,8 +39,9 @@ BEGIN
     IF q.tune_max IS NOT NULL THEN
         PERFORM queue_pg._check('tune_max', q.tune_max, q.tune_min, q.max_lease);
     END IF;
+    PERFORM queue_pg._check('duplicate_budget', q.duplicate_budget, 1e-9, 0.01, 'of deliveries');
     UPDATE queue_pg.queues t SET lease_policy = q.lease_policy, auto_tune = q.auto_tune,
-        tune_min = q.tune_min, tune_max = q.tune_max
+        tune_min = q.tune_min, tune_max = q.tune_max, duplicate_budget = q.duplicate_budget
     WHERE t.id = q.id;
     IF q.lease_policy = 'per_type' THEN
         PERFORM queue_pg._refresh_type_leases(q, queue_pg._now());
@@ -67,8 +73,9 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE least(recommended, queue_pg._advise(p99, samples, 0, current_timeout, max_lease)) END
 $$;
 
--- The per-type leases of a 'per_type' queue, from the advice of the last 24 hours (_target): a
--- type with at least 30 samples gets its own; the others (and NULL types) the default.
+-- The per-type leases of a 'per_type' queue, from the last 24 hours: a type with at least 100
+-- samples gets the lease of its duplicate budget (_lease_advice), one with 30 to 99 the advice
+-- (_target: 6 x p99); the others (and NULL types) the default.
 CREATE OR REPLACE FUNCTION queue_pg._refresh_type_leases(q queue_pg.queues, at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -80,9 +87,14 @@ BEGIN
     END IF;
     stale := queue_pg._stale_since(q.id, at - interval '24 hours');
     INSERT INTO queue_pg.type_leases (queue_id, type, lease, samples, refreshed_at)
-    SELECT q.id, a.type, queue_pg._target(a.recommended_timeout, a.p99, a.samples, q.visibility_timeout,
-                                          q.max_lease, stale), a.samples, at
+    SELECT q.id, a.type,
+           CASE WHEN b.fit = 'lognormal' THEN b.lease
+                ELSE queue_pg._target(a.recommended_timeout, a.p99, a.samples, q.visibility_timeout,
+                                      q.max_lease, stale) END,
+           a.samples, at
     FROM queue_pg._advice(at - interval '24 hours', at, q.id) a
+    JOIN queue_pg._lease_advice(at - interval '24 hours', at, q.id) b
+      ON b.scope = 'type' AND b.type = a.type
     WHERE a.scope = 'type' AND a.type IS NOT NULL AND a.samples >= 30 AND a.recommended_timeout IS NOT NULL;
 END $$;
 
@@ -99,7 +111,11 @@ $$;
 -- a mixed queue from a few dozen runs swings from one type to the other); the step acts only
 -- when at least 30 runs finished since the timeout last changed (it saw the new timeout at
 -- work), moves only when the target (_target) differs by more than 25%, by at most a factor
--- of 2, within [tune_min, least(tune_max, max_lease)]. When 6 x p99 of the runs that completed
+-- of 2, within [tune_min, least(tune_max, max_lease)]. A step that follows a change the 2x
+-- bound cut short, and finds the target still on the same side, completes the move: all the
+-- way to the target, however close (a second reading confirms the first; the 25% band is
+-- for a timeout the tuner set at its target, else a halving could stop inside it short of the
+-- target, 15 s for 12.7, for good). When 6 x p99 of the runs that completed
 -- alone already calls for a longer timeout, the step goes up that far at once: stale receipts
 -- could only call for more. Else lapses count as a timeout too short only with stale receipts
 -- of leases granted since the last change: a consumer leased before it reports back by the
@@ -126,10 +142,11 @@ DECLARE
     hold boolean := false;
     floor_target double precision;
     rising boolean := false;
+    completing boolean;
 BEGIN
     old_timeout := q.visibility_timeout;
     new_timeout := q.visibility_timeout;
-    SELECT h.at, h.stale_receipts INTO last FROM queue_pg.tuning_history h
+    SELECT h.at, h.stale_receipts, h.new_timeout, h.advice INTO last FROM queue_pg.tuning_history h
     WHERE h.queue_id = q.id AND h.at <= _tune_step.at ORDER BY h.at DESC, h.id DESC LIMIT 1;
     SELECT count(*) INTO fresh FROM (
         SELECT 1 FROM queue_pg.message_history h
@@ -185,14 +202,21 @@ BEGIN
                       queue_pg._fmt(advice), a.stale_receipts - last.stale_receipts, queue_pg._fmt(old_timeout));
         RETURN;
     END IF;
-    IF abs(advice - old_timeout) <= 0.25 * old_timeout THEN
+    completing := last.at IS NOT NULL AND last.new_timeout = old_timeout AND last.advice <> last.new_timeout
+                  AND sign(advice - old_timeout) = sign(last.advice - last.new_timeout);
+    IF NOT completing AND abs(advice - old_timeout) <= 0.25 * old_timeout THEN
         why := format('advice %s s is within 25%% of %s s', queue_pg._fmt(advice), queue_pg._fmt(old_timeout));
         RETURN;
     END IF;
-    new_timeout := least(greatest(least(greatest(advice, old_timeout / 2), old_timeout * 2), q.tune_min), hi);
-    why := format('advice %s s (p99 %s s, expiry rate %s, %s samples in 24 hours)%s%s',
+    new_timeout := least(greatest(CASE WHEN completing THEN advice
+                                       ELSE least(greatest(advice, old_timeout / 2), old_timeout * 2) END,
+                                  q.tune_min), hi);
+    why := format('advice %s s (p99 %s s, expiry rate %s, %s samples in 24 hours)%s%s%s',
                   queue_pg._fmt(advice), round(a.p99::numeric, 3), coalesce(round(a.expiry_rate::numeric, 4)::text, 'n/a'),
                   samples,
+                  CASE WHEN completing
+                       THEN format('; completing the step toward %s s the last change was bounded in', queue_pg._fmt(last.advice))
+                       ELSE '' END,
                   CASE WHEN rising
                        THEN '; 6 x p99 of the completed runs alone calls for more (stale receipts since the last change not counted yet)'
                        WHEN advice < a.recommended_timeout

@@ -202,7 +202,7 @@ CREATE OR REPLACE FUNCTION queue_pg.sqs_add_permission(queue text, label text, p
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
-    made jsonb := '[]';
+    made jsonb := '[]'::jsonb;
     p text;
     priv text;
 BEGIN
