@@ -338,9 +338,10 @@ def test_no_grant_no_bodies_through_tables_or_views(
     # no view of ours has a column that could carry a body or attributes: its text columns are
     # names, the type (history keeps it too), figures' labels, and a dead letter's reason and
     # error (bounded excerpts a consumer wrote for whoever reads the dead-letter queue), and a
-    # schedule's name, cron expression, time zone and missed-ticks policy
+    # schedule's name, cron expression, time zone and missed-ticks policy, a consumer's name
+    # (bounded, of a queue the reader sees) and the name of a fitted distribution
     named = {"queue", "source_queue", "dead_letter_queue", "type", "scope", "confidence", "why",
-             "reason", "last_error", "schedule", "cron", "tz", "missed"}
+             "reason", "last_error", "schedule", "cron", "tz", "missed", "consumer", "fit"}
     json_columns = conn.execute(
         "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " WHERE c.relnamespace = 'queue_pg'::regnamespace AND c.relkind IN ('v', 'm')"
