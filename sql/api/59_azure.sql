@@ -14,25 +14,11 @@ DECLARE
     name_ text := coalesce(account_name,
                            'qp' || left(replace(gen_random_uuid()::text, '-', ''), 16));
 BEGIN
-    IF role IS NULL OR to_regrole(quote_ident(role)) IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
-                             coalesce(quote_literal(left(role, 100)), 'NULL'));
-    END IF;
+    PERFORM queue_pg._check_key_role(role, 'an Azure key');
     IF name_ !~ '^[a-z0-9]{3,24}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('account = %s is invalid: allowed 3 to 24 lower-case letters and digits',
                              quote_literal(left(name_, 100)));
-    END IF;
-    IF NOT queue_pg._is_owner() AND (
-        pg_has_role(to_regrole(quote_ident(role)), current_user, 'USAGE')
-        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role AND r.rolsuper)
-    ) THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP011',
-            MESSAGE = format('permission denied: role %s may not make an Azure key for role %s',
-                             quote_literal(queue_pg._caller()), quote_literal(role)),
-            DETAIL = 'the role is a superuser or has the queue_pg owner''s privileges; only the'
-                     ' owner or a superuser makes keys for it';
     END IF;
     IF EXISTS (SELECT 1 FROM queue_pg.azure_keys k WHERE k.account = name_ AND k.revoked_at IS NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',

@@ -10,21 +10,7 @@ CREATE OR REPLACE FUNCTION queue_pg.sqs_create_key(role name)
 RETURNS TABLE (access_key text, secret_key text)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF role IS NULL OR to_regrole(quote_ident(role)) IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP003',
-            MESSAGE = format('role = %s is invalid: allowed an existing PostgreSQL role',
-                             coalesce(quote_literal(left(role, 100)), 'NULL'));
-    END IF;
-    IF NOT queue_pg._is_owner() AND (
-        pg_has_role(to_regrole(quote_ident(role)), current_user, 'USAGE')
-        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role AND r.rolsuper)
-    ) THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP011',
-            MESSAGE = format('permission denied: role %s may not make an SQS key for role %s',
-                             quote_literal(queue_pg._caller()), quote_literal(role)),
-            DETAIL = 'the role is a superuser or has the queue_pg owner''s privileges; only the'
-                     ' owner or a superuser makes keys for it';
-    END IF;
+    PERFORM queue_pg._check_key_role(role, 'an SQS key');
     access_key := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
     secret_key := left(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 40);
     INSERT INTO queue_pg.sqs_keys (access_key, secret_key, role)
