@@ -15,12 +15,13 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from email.utils import format_datetime
 from typing import Any
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -380,22 +381,19 @@ class Call:
             ttl = _int_param(self.params, "messagettl", 1, 2**31 - 1, DEFAULT_TTL)
         if ttl is not None and delay is not None and delay >= ttl:
             raise _bad_query("visibilitytimeout", str(delay), "must be less than messagettl")
-        message_id = await self.client.send(self.queue, text, delay=delay, ttl=ttl)
-        peeked = await self._inserted(message_id, delay or 0, ttl)
-        return Response('<?xml version="1.0" encoding="utf-8"?>' + peeked, status_code=201,
+        rows = await self._sql("SELECT * FROM queue_pg.azure_put(%s, %s, %s, %s)",
+                               [self.queue, Jsonb(text), delay, ttl])
+        message_id, receipt, enqueued, visible, expires = rows[0]
+        # -1 (never expires) keeps the queue's message_ttl: that is the message's true end
+        return Response('<?xml version="1.0" encoding="utf-8"?>'
+                        "<QueueMessagesList><QueueMessage>"
+                        f"<MessageId>{message_id}</MessageId>"
+                        f"<InsertionTime>{_http_date(enqueued)}</InsertionTime>"
+                        f"<ExpirationTime>{_http_date(expires)}</ExpirationTime>"
+                        f"<PopReceipt>{escape(receipt or '')}</PopReceipt>"
+                        f"<TimeNextVisible>{_http_date(visible)}</TimeNextVisible>"
+                        "</QueueMessage></QueueMessagesList>", status_code=201,
                         media_type="application/xml")
-
-    async def _inserted(self, message_id: int, delay: int, ttl: int | None) -> str:
-        """Put Message's answer: the id and times (no pop receipt: see docs/azure.md)."""
-        now = datetime.now(timezone.utc)
-        expires = None if ttl is None else now + timedelta(seconds=ttl)
-        return ("<QueueMessagesList><QueueMessage>"
-                f"<MessageId>{message_id}</MessageId>"
-                f"<InsertionTime>{_http_date(now)}</InsertionTime>"
-                f"<ExpirationTime>{_http_date(expires)}</ExpirationTime>"
-                f"<PopReceipt></PopReceipt>"
-                f"<TimeNextVisible>{_http_date(now + timedelta(seconds=delay))}</TimeNextVisible>"
-                "</QueueMessage></QueueMessagesList>")
 
     async def get_messages(self) -> Response:
         n = _int_param(self.params, "numofmessages", 1, 32, 1)
@@ -420,7 +418,7 @@ class Call:
                              "A query parameter that's mandatory for this request is not"
                              " specified: popreceipt.")
         parts = receipt.split(".")
-        if len(parts) != 4 or parts[1] != self.message_id:
+        if len(parts) not in (4, 5) or parts[1] != self.message_id:  # 5: a relaxed queue's
             raise AzureError(400, "PopReceiptMismatch", "The specified pop receipt did not"
                              " match the pop receipt for a dequeued message.")
         return receipt
@@ -438,10 +436,12 @@ class Call:
                              "A query parameter that's mandatory for this request is not"
                              " specified: visibilitytimeout.")
         text = _message_text(self.body) if self.body.strip() else None
-        msg = await self.client.update(self.queue, receipt, body=text, visibility_timeout=vt)
+        rows = await self._sql(
+            "SELECT receipt, visible_until FROM queue_pg.azure_update(%s, %s, %s, %s)",
+            [self.queue, receipt, None if text is None else Jsonb(text), vt])
+        new_receipt, visible = rows[0]
         return Response(status_code=204, headers={
-            "x-ms-popreceipt": msg.receipt or receipt,
-            "x-ms-time-next-visible": _http_date(msg.visible_until)})
+            "x-ms-popreceipt": new_receipt, "x-ms-time-next-visible": _http_date(visible)})
 
 
 def _split(request: Request, account: str | None) -> tuple[str, list[str]]:

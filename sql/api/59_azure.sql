@@ -123,3 +123,46 @@ BEGIN
     ORDER BY q.name COLLATE "C"
     LIMIT n + 1;
 END $$;
+
+-- Azure Put Message: a send (the caller needs 'send' on the queue) whose answer carries a pop
+-- receipt, as Azure's does. The message gets lease number 1 before any receive (a message no
+-- receive has taken has 0, for which no receipt exists), so the receipt settles it through the
+-- usual functions (delete_message, update_message, azure_update: these need 'receive') until a
+-- receive takes it (lease 2: this receipt is stale), or it is updated, deleted or expires.
+-- receipt is NULL when the send made no new message of this queue (a duplicate of a message
+-- already received, or one routed to another queue).
+CREATE OR REPLACE FUNCTION queue_pg.azure_put(queue text, body jsonb, delay double precision,
+                                              ttl double precision, OUT id bigint, OUT receipt text,
+                                              OUT enqueued_at timestamptz, OUT visible_at timestamptz,
+                                              OUT expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    id := queue_pg.send(queue, body, delay, ttl);
+    UPDATE queue_pg.messages m SET lease_no = 1
+    WHERE m.id = azure_put.id AND m.queue_id = (queue_pg._queue(queue)).id
+      AND m.lease_no = 0 AND m.last_received_at IS NULL
+    RETURNING queue_pg._receipt(m.queue_id, m.id, 1, queue_pg._key()), m.enqueued_at, m.visible_at,
+              m.expires_at
+    INTO receipt, enqueued_at, visible_at, expires_at;
+END $$;
+
+-- Azure Update Message: update_message (new visibility and, optionally, body), then a new lease
+-- number, so the receipt given is stale from then on and the one returned is the only one that
+-- settles the message (Azure's rule). A relaxed queue's lease token is kept: the receive time
+-- it stands for has not changed.
+CREATE OR REPLACE FUNCTION queue_pg.azure_update(queue text, receipt text, body jsonb,
+                                                 visibility_timeout double precision)
+RETURNS queue_pg.message
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
+    key bytea := queue_pg._key();
+    m queue_pg.message := queue_pg._relet(q, receipt, visibility_timeout, body, NULL, false,
+                                          'visibility_timeout');
+    token text := (queue_pg._parse_receipt(q.id, receipt, key)).token;
+BEGIN
+    UPDATE queue_pg.messages t SET lease_no = t.lease_no + 1
+    WHERE t.id = m.id AND t.queue_id = q.id
+    RETURNING queue_pg._receipt(q.id, t.id, t.lease_no, key, token) INTO m.receipt;
+    RETURN m;
+END $$;
