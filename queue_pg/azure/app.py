@@ -42,6 +42,8 @@ MAX_MESSAGE_BYTES = 64 * 1024
 MAX_VISIBILITY = 7 * 24 * 3600
 #: The time-to-live of a message sent without messagettl: Azure's 7 days.
 DEFAULT_TTL = 7 * 24 * 3600
+#: queue_pg's longest time-to-live (queue_pg._max_ttl: 100 years); a longer messagettl is cut to it.
+MAX_TTL = 3_153_600_000
 #: Azure's ExpirationTime of a message that never expires.
 NEVER = "Fri, 31 Dec 9999 23:59:59 GMT"
 #: Settings of a queue this endpoint creates: Azure's 30 s default lease, leases up to 7 days,
@@ -64,9 +66,9 @@ def _bad_query(name: str, value: str, why: str, out_of_range: bool = False) -> A
     if out_of_range:
         return AzureError(400, "OutOfRangeQueryParameterValue",
                           "One of the query parameters specified in the request URI is outside"
-                          f" the permissible range: {name}={value!r} ({why}).")
+                          f" the permissible range. {name}={value!r}: {why}.")
     return AzureError(400, "InvalidQueryParameterValue", "Value for one of the query parameters"
-                      f" specified in the request URI is invalid: {name}={value!r} ({why}).")
+                      f" specified in the request URI is invalid. {name}={value!r}: {why}.")
 
 
 #: Azure's words for a request body over its limit.
@@ -378,7 +380,10 @@ class Call:
         if ttl_param == "-1":
             ttl = None
         elif ttl_param:
-            ttl = _int_param(self.params, "messagettl", 1, 2**31 - 1, DEFAULT_TTL)
+            # Azure takes any positive number; past queue_pg's longest ttl (100 years) the
+            # message outlives any reader as surely as one of -1, but keeps a true expiry
+            ttl = min(_int_param(self.params, "messagettl", 1, 2**63 - 1, DEFAULT_TTL)
+                      or DEFAULT_TTL, MAX_TTL)
         if ttl is not None and delay is not None and delay >= ttl:
             raise _bad_query("visibilitytimeout", str(delay), "must be less than messagettl")
         rows = await self._sql("SELECT * FROM queue_pg.azure_put(%s, %s, %s, %s)",
@@ -453,10 +458,10 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
         raise AzureError(400, "InvalidUri", f"This endpoint serves account {account} only.")
     if len(parts) >= 2 and not 3 <= len(parts[1]) <= 63:
         raise AzureError(400, "OutOfRangeInput", "The specified resource name length is not"
-                         " within the permissible limits: queue names are 3 to 63 characters.")
+                         " within the permissible limits. Queue names are 3 to 63 characters.")
     if len(parts) >= 2 and not _QUEUE_NAME.match(parts[1]):
         raise AzureError(400, "InvalidResourceName", "The specified resource name contains"
-                         " invalid characters: queue names are lower-case letters, digits and"
+                         " invalid characters. Queue names are lower-case letters, digits and"
                          " single dashes, starting and ending with a letter or digit.")
     if len(parts) == 4 and not (parts[3].isdigit() and parts[3][0] != "0"):
         raise AzureError(404, "MessageNotFound", "The specified message does not exist.")
