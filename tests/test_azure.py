@@ -361,15 +361,62 @@ def test_sas_tokens(make_service: MakeService, endpoint: str) -> None:
         with pytest.raises(HttpResponseError) as err:  # ACLs: Shared Key only, as Azure
             acl()
         assert code(err) == "AuthorizationPermissionMismatch"
-    with pytest.raises(HttpResponseError) as err:  # and stored policies are not served
-        service.get_queue_client("sas-c").set_queue_access_policy({})
-    assert code(err) == "NotImplemented" and err.value.status_code == 501
+    service.get_queue_client("sas-c").set_queue_access_policy({})  # with the key: served
     assert service.get_queue_client("sas-c").get_queue_access_policy() == {}
     no_service = generate_account_sas(account, key, ResourceTypes(container=True),
                                       AccountSasPermissions(read=True, list=True), expiry=soon)
     with pytest.raises(HttpResponseError) as err:  # srt without s: no service-level calls
         list(QueueServiceClient(base, credential=no_service, retry_total=0).list_queues())
     assert code(err) == "AuthorizationResourceTypeMismatch"
+
+
+def test_queue_acl_and_sas_naming_a_stored_policy(make_service: MakeService, endpoint: str,
+                                                  clean: str) -> None:
+    """Set / Get Queue ACL keep up to 5 stored access policies a queue; a SAS naming one (si)
+    takes its start, expiry and permissions from it, so changing or removing the policy
+    changes or revokes the token."""
+    from azure.storage.queue import AccessPolicy
+
+    service, account, key = make_service()
+    q = service.create_queue("acl-q")
+    q.send_message("m")
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    q.set_queue_access_policy({
+        "readers": AccessPolicy(permission=QueueSasPermissions(read=True),
+                                start=now - timedelta(minutes=5), expiry=now + timedelta(hours=1)),
+        "open": AccessPolicy(permission=None, start=None, expiry=None)})
+    got = q.get_queue_access_policy()
+    assert set(got) == {"readers", "open"}
+    assert got["readers"].permission == "r" and got["readers"].expiry == (
+        now + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")  # Azure's format
+    token = generate_queue_sas(account, "acl-q", key, policy_id="readers")
+    reader = azq.QueueClient(f"{endpoint}/{account}", "acl-q", credential=token, retry_total=0)
+    assert [m.content for m in reader.peek_messages()] == ["m"]
+    with pytest.raises(HttpResponseError) as err:  # the policy allows read only
+        reader.send_message("no")
+    assert code(err) == "AuthorizationPermissionMismatch"
+    both = generate_queue_sas(account, "acl-q", key, policy_id="readers",
+                              permission=QueueSasPermissions(read=True))
+    nothing = generate_queue_sas(account, "acl-q", key, policy_id="missing")
+    for bad in (both, nothing):
+        with pytest.raises(HttpResponseError) as err:
+            azq.QueueClient(f"{endpoint}/{account}", "acl-q", credential=bad,
+                            retry_total=0).peek_messages()
+        assert code(err) == "AuthenticationFailed"
+    too_many = {f"p{i}": AccessPolicy(permission="r", expiry=now + timedelta(hours=1))
+                for i in range(6)}
+    with pytest.raises(HttpResponseError) as err:
+        q.set_queue_access_policy(too_many)
+    assert err.value.status_code == 400
+    with psycopg.connect(clean) as c, pytest.raises(psycopg.Error) as perr:
+        c.execute("SELECT queue_pg.azure_set_acl('acl-q', '[{\"id\": \"x\","
+                  " \"expiry\": \"2026-13-45T00:00:00Z\"}]')")
+    assert perr.value.sqlstate == "QP003"
+    assert set(q.get_queue_access_policy()) == {"readers", "open"}  # bad input changed nothing
+    q.set_queue_access_policy({})  # removed: its tokens are revoked
+    with pytest.raises(HttpResponseError) as err:
+        reader.peek_messages()
+    assert code(err) == "AuthenticationFailed"
 
 
 def test_shared_key_headers_changed_in_transit_are_refused(service: Service) -> None:

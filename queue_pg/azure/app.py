@@ -159,6 +159,36 @@ def _message_text(body: bytes) -> str:
     return text
 
 
+def _iso(when: datetime) -> str:
+    """Azure's time format in ACLs: ISO 8601, UTC, seven fractional digits."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f0Z")
+
+
+def _policies(body: bytes) -> list[dict[str, str | None]]:
+    """The stored access policies of a Set Queue ACL body (``<SignedIdentifiers>``), as
+    queue_pg.azure_set_acl takes them; InvalidXmlDocument when malformed."""
+    try:
+        root = ElementTree.fromstring(body) if body.strip() else None
+    except ElementTree.ParseError:
+        root = None
+        if body.strip():
+            raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically"
+                             " valid.") from None
+    if root is None:
+        return []
+    if root.tag != "SignedIdentifiers":
+        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid."
+                         " The root element must be SignedIdentifiers.")
+    out: list[dict[str, str | None]] = []
+    for si in root.findall("SignedIdentifier"):
+        pol = si.find("AccessPolicy")
+        out.append({"id": si.findtext("Id") or "",
+                    "start": None if pol is None else pol.findtext("Start") or None,
+                    "expiry": None if pol is None else pol.findtext("Expiry") or None,
+                    "permission": None if pol is None else pol.findtext("Permission")})
+    return out
+
+
 def _xml(body: str) -> Response:
     return Response('<?xml version="1.0" encoding="utf-8"?>' + body,
                     media_type="application/xml")
@@ -256,9 +286,21 @@ class AzureEndpoint(Endpoint):
             azauth.check_shared_key(req, shared[0], account, shared[2], key[0], now)
         else:
             assert sas is not None
+            if "si" in sas.params and queue is not None:  # a stored access policy's fields
+                sas = azauth.with_policy(sas, await self._policy(queue, sas.params["si"]))
             azauth.check_sas(req, sas, account, queue, key[0], now)
             azauth.check_sas_allows(sas, operation)
         return key[1]
+
+    async def _policy(self, queue: str, policy_id: str) -> tuple[Any, ...] | None:
+        """The stored access policy a SAS names: (start, expiry, permission), or None."""
+        assert self._keys is not None  # opened by _key
+        async with self._keys.connection() as conn:
+            with translate():
+                row = await (await conn.execute(
+                    "SELECT start, expiry, permission FROM queue_pg.azure_access_policy(%s, %s)",
+                    [queue, policy_id])).fetchone()
+        return None if row is None else tuple(row)
 
     async def _key(self, account: str) -> tuple[str, str]:
         await self.open()
@@ -364,13 +406,20 @@ class Call:
         return Response(status_code=204)
 
     async def get_acl(self) -> Response:
-        await self._get_metadata()  # the queue exists and the caller may see it
-        return _xml("<SignedIdentifiers />")
+        rows = await self._sql("SELECT * FROM queue_pg.azure_acl(%s)", [self.queue])
+        parts = []
+        for pid, start, expiry, perm in rows:
+            parts.append(f"<SignedIdentifier><Id>{escape(pid)}</Id><AccessPolicy>"
+                         + (f"<Start>{_iso(start)}</Start>" if start else "")
+                         + (f"<Expiry>{_iso(expiry)}</Expiry>" if expiry else "")
+                         + (f"<Permission>{perm}</Permission>" if perm is not None else "")
+                         + "</AccessPolicy></SignedIdentifier>")
+        return _xml(f"<SignedIdentifiers>{''.join(parts)}</SignedIdentifiers>")
 
     async def set_acl(self) -> Response:
-        await self._get_metadata()  # the queue exists and the caller may see it
-        raise AzureError(501, "NotImplemented", "Stored access policies (Set Queue ACL) are not"
-                         " supported by this endpoint: use SAS tokens with their own expiry.")
+        await self._sql("SELECT queue_pg.azure_set_acl(%s, %s)",
+                        [self.queue, Jsonb(_policies(self.body))])
+        return Response(status_code=204)
 
     async def put_message(self) -> Response:
         text = _message_text(self.body)

@@ -194,7 +194,8 @@ BEGIN
                                       'sqs_set_queue_attributes', 'sqs_queue_attributes',
                                       'sqs_add_permission', 'sqs_remove_permission',
                                       -- Azure queue metadata (59_azure.sql)
-                                      'azure_set_metadata', 'azure_metadata', 'azure_list_queues')
+                                      'azure_set_metadata', 'azure_metadata', 'azure_list_queues',
+                                      'azure_set_acl', 'azure_acl')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to
