@@ -167,6 +167,8 @@ def test_parameters_out_of_range(service: Service) -> None:
     with pytest.raises(HttpResponseError) as err:
         list(q.receive_messages(messages_per_page=33))
     assert code(err) == "OutOfRangeQueryParameterValue" and err.value.status_code == 400
+    # Azure's sentence first, whole (clients match on it), then what was wrong
+    assert "is outside the permissible range. numofmessages='33'" in str(err.value)
     with pytest.raises(HttpResponseError) as err:
         q.send_message("x", visibility_timeout=7 * 24 * 3600 + 1)
     assert code(err) == "OutOfRangeQueryParameterValue"
@@ -174,6 +176,9 @@ def test_parameters_out_of_range(service: Service) -> None:
         q.send_message("x" * (64 * 1024 + 1))
     assert code(err) == "RequestBodyTooLarge" and err.value.status_code == 413
     q.send_message("x" * (64 * 1024))  # Azure's limit itself
+    far = q.send_message("y", time_to_live=2**53 - 1)  # any positive ttl, as Azure: 100 years
+    assert far.expires_on.year - datetime.now(timezone.utc).year == 100
+    q.delete_message(far)
     with pytest.raises(HttpResponseError) as err:
         list(q.receive_messages(visibility_timeout=0))
     assert code(err) == "OutOfRangeQueryParameterValue"
@@ -234,6 +239,72 @@ def test_worker_loop_and_a_stale_pop_receipt(service: Service) -> None:
     q.delete_message(again[0])
 
 
+def test_put_message_pop_receipt_settles_until_a_receive(service: Service) -> None:
+    """Put Message answers a pop receipt that updates or deletes the message before any
+    receive (Azure's rule); a receive's receipt supersedes it, an update answers a new one."""
+    q = service.create_queue("put-receipts")
+    before = datetime.now(timezone.utc) - timedelta(seconds=5)
+    hidden = q.send_message("hidden", visibility_timeout=3600)
+    assert hidden.pop_receipt and hidden.next_visible_on > before + timedelta(seconds=3000)
+    assert list(q.receive_messages(visibility_timeout=60)) == []
+    shown = q.update_message(hidden, content="shown", visibility_timeout=0)  # visible now
+    assert shown.pop_receipt and shown.pop_receipt != hidden.pop_receipt
+    with pytest.raises(HttpResponseError) as err:  # the update's receipt replaces the put's
+        q.delete_message(hidden)
+    assert code(err) == "PopReceiptMismatch"
+    got = list(q.receive_messages(visibility_timeout=60))
+    assert [(m.id, m.content, m.dequeue_count) for m in got] == [(hidden.id, "shown", 1)]
+    for stale in (lambda: q.delete_message(hidden.id, shown.pop_receipt),
+                  lambda: q.update_message(hidden.id, shown.pop_receipt, visibility_timeout=0)):
+        with pytest.raises(HttpResponseError) as err:  # the receive's receipt supersedes it
+            stale()
+        assert code(err) == "PopReceiptMismatch"
+    q.delete_message(got[0])
+    sent = q.send_message("gone before a receive")
+    assert sent.next_visible_on <= datetime.now(timezone.utc) + timedelta(seconds=5)
+    q.delete_message(sent)
+    assert q.get_queue_properties().approximate_message_count == 0
+
+
+def test_update_message_answers_a_new_pop_receipt(service: Service) -> None:
+    q = service.create_queue("new-receipts")
+    q.send_message("work")
+    m = next(iter(q.receive_messages(visibility_timeout=60)))
+    first = q.update_message(m, visibility_timeout=60)
+    second = q.update_message(m.id, first.pop_receipt, content="more", visibility_timeout=60)
+    assert len({m.pop_receipt, first.pop_receipt, second.pop_receipt}) == 3
+    for old in (m.pop_receipt, first.pop_receipt):
+        with pytest.raises(HttpResponseError) as err:
+            q.update_message(m.id, old, visibility_timeout=60)
+        assert code(err) == "PopReceiptMismatch"
+    assert list(q.receive_messages(visibility_timeout=60)) == []  # still leased
+    q.delete_message(m.id, second.pop_receipt)
+    assert q.get_queue_properties().approximate_message_count == 0
+
+
+def test_a_puts_receipt_holds_no_in_flight_slot(service: Service, clean: str) -> None:
+    """A message no receive has taken is not in flight, whatever its put's receipt does to
+    its visibility: in_flight_limit still lets exactly its number of leases out."""
+    q = service.create_queue("limited")
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.alter_queue('limited', in_flight_limit => 1)")
+    put = [q.send_message(f"m{i}", visibility_timeout=3600) for i in range(3)]
+    for p in put:  # delayed -> visible -> hidden: never a lease
+        receipt = p.pop_receipt
+        for vt in (0, 3600):
+            receipt = q.update_message(p.id, receipt, visibility_timeout=vt).pop_receipt
+    with psycopg.connect(clean, autocommit=True) as c:  # the counter the receives trust
+        row = c.execute("SELECT f.n FROM queue_pg.in_flight f JOIN queue_pg.queues q"
+                        " ON q.id = f.queue_id WHERE q.name = 'limited'").fetchone()
+    assert row == (0,)
+    q.send_message("free")
+    got = q.receive_message(visibility_timeout=60)
+    assert got is not None and got.content == "free"
+    with pytest.raises(HttpResponseError) as err:  # the one slot is the receive's
+        q.receive_message(visibility_timeout=60)
+    assert code(err) == "ServerBusy"
+
+
 # --- authentication and authorization -----------------------------------------------------------
 
 def test_sas_tokens(make_service: MakeService, endpoint: str) -> None:
@@ -290,15 +361,62 @@ def test_sas_tokens(make_service: MakeService, endpoint: str) -> None:
         with pytest.raises(HttpResponseError) as err:  # ACLs: Shared Key only, as Azure
             acl()
         assert code(err) == "AuthorizationPermissionMismatch"
-    with pytest.raises(HttpResponseError) as err:  # and stored policies are not served
-        service.get_queue_client("sas-c").set_queue_access_policy({})
-    assert code(err) == "NotImplemented" and err.value.status_code == 501
+    service.get_queue_client("sas-c").set_queue_access_policy({})  # with the key: served
     assert service.get_queue_client("sas-c").get_queue_access_policy() == {}
     no_service = generate_account_sas(account, key, ResourceTypes(container=True),
                                       AccountSasPermissions(read=True, list=True), expiry=soon)
     with pytest.raises(HttpResponseError) as err:  # srt without s: no service-level calls
         list(QueueServiceClient(base, credential=no_service, retry_total=0).list_queues())
     assert code(err) == "AuthorizationResourceTypeMismatch"
+
+
+def test_queue_acl_and_sas_naming_a_stored_policy(make_service: MakeService, endpoint: str,
+                                                  clean: str) -> None:
+    """Set / Get Queue ACL keep up to 5 stored access policies a queue; a SAS naming one (si)
+    takes its start, expiry and permissions from it, so changing or removing the policy
+    changes or revokes the token."""
+    from azure.storage.queue import AccessPolicy
+
+    service, account, key = make_service()
+    q = service.create_queue("acl-q")
+    q.send_message("m")
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    q.set_queue_access_policy({
+        "readers": AccessPolicy(permission=QueueSasPermissions(read=True),
+                                start=now - timedelta(minutes=5), expiry=now + timedelta(hours=1)),
+        "open": AccessPolicy(permission=None, start=None, expiry=None)})
+    got = q.get_queue_access_policy()
+    assert set(got) == {"readers", "open"}
+    assert got["readers"].permission == "r" and got["readers"].expiry == (
+        now + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")  # Azure's format
+    token = generate_queue_sas(account, "acl-q", key, policy_id="readers")
+    reader = azq.QueueClient(f"{endpoint}/{account}", "acl-q", credential=token, retry_total=0)
+    assert [m.content for m in reader.peek_messages()] == ["m"]
+    with pytest.raises(HttpResponseError) as err:  # the policy allows read only
+        reader.send_message("no")
+    assert code(err) == "AuthorizationPermissionMismatch"
+    both = generate_queue_sas(account, "acl-q", key, policy_id="readers",
+                              permission=QueueSasPermissions(read=True))
+    nothing = generate_queue_sas(account, "acl-q", key, policy_id="missing")
+    for bad in (both, nothing):
+        with pytest.raises(HttpResponseError) as err:
+            azq.QueueClient(f"{endpoint}/{account}", "acl-q", credential=bad,
+                            retry_total=0).peek_messages()
+        assert code(err) == "AuthenticationFailed"
+    too_many = {f"p{i}": AccessPolicy(permission="r", expiry=now + timedelta(hours=1))
+                for i in range(6)}
+    with pytest.raises(HttpResponseError) as err:
+        q.set_queue_access_policy(too_many)
+    assert err.value.status_code == 400
+    with psycopg.connect(clean) as c, pytest.raises(psycopg.Error) as perr:
+        c.execute("SELECT queue_pg.azure_set_acl('acl-q', '[{\"id\": \"x\","
+                  " \"expiry\": \"2026-13-45T00:00:00Z\"}]')")
+    assert perr.value.sqlstate == "QP003"
+    assert set(q.get_queue_access_policy()) == {"readers", "open"}  # bad input changed nothing
+    q.set_queue_access_policy({})  # removed: its tokens are revoked
+    with pytest.raises(HttpResponseError) as err:
+        reader.peek_messages()
+    assert code(err) == "AuthenticationFailed"
 
 
 def test_shared_key_headers_changed_in_transit_are_refused(service: Service) -> None:
@@ -352,6 +470,18 @@ def test_a_keys_role_gets_its_grants_only(
     mine, theirs = w.get_queue_client("mine"), w.get_queue_client("theirs")
     mine.send_message("ok")
     got = next(iter(mine.receive_messages()))
+    sender = make_role("azsender", PRODUCER)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.grant('mine', %s, 'send')", [sender.name])
+    sent = make_service(sender.name)[0].get_queue_client("mine").send_message("put")
+    assert sent.pop_receipt  # a put's receipt: settling with it needs 'receive' (as any receipt)
+    for call in (lambda: make_service(sender.name)[0].get_queue_client("mine").delete_message(sent),
+                 lambda: make_service(sender.name)[0].get_queue_client("mine").update_message(
+                     sent, visibility_timeout=0)):
+        with pytest.raises(HttpResponseError) as err:
+            call()
+        assert code(err) == "AuthorizationPermissionMismatch"
+    mine.delete_message(sent)
     mine.delete_message(got)
     assert mine.get_queue_properties().approximate_message_count == 0
     for call in (lambda: theirs.send_message("no"), lambda: list(theirs.receive_messages()),

@@ -15,12 +15,13 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from email.utils import format_datetime
 from typing import Any
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -41,6 +42,8 @@ MAX_MESSAGE_BYTES = 64 * 1024
 MAX_VISIBILITY = 7 * 24 * 3600
 #: The time-to-live of a message sent without messagettl: Azure's 7 days.
 DEFAULT_TTL = 7 * 24 * 3600
+#: queue_pg's longest time-to-live (queue_pg._max_ttl: 100 years); a longer messagettl is cut to it.
+MAX_TTL = 3_153_600_000
 #: Azure's ExpirationTime of a message that never expires.
 NEVER = "Fri, 31 Dec 9999 23:59:59 GMT"
 #: Settings of a queue this endpoint creates: Azure's 30 s default lease, leases up to 7 days,
@@ -63,9 +66,9 @@ def _bad_query(name: str, value: str, why: str, out_of_range: bool = False) -> A
     if out_of_range:
         return AzureError(400, "OutOfRangeQueryParameterValue",
                           "One of the query parameters specified in the request URI is outside"
-                          f" the permissible range: {name}={value!r} ({why}).")
+                          f" the permissible range. {name}={value!r}: {why}.")
     return AzureError(400, "InvalidQueryParameterValue", "Value for one of the query parameters"
-                      f" specified in the request URI is invalid: {name}={value!r} ({why}).")
+                      f" specified in the request URI is invalid. {name}={value!r}: {why}.")
 
 
 #: Azure's words for a request body over its limit.
@@ -154,6 +157,36 @@ def _message_text(body: bytes) -> str:
         raise AzureError(413, "RequestBodyTooLarge", f"{TOO_LARGE} The message text is over"
                          f" {MAX_MESSAGE_BYTES} bytes.")
     return text
+
+
+def _iso(when: datetime) -> str:
+    """Azure's time format in ACLs: ISO 8601, UTC, seven fractional digits."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f0Z")
+
+
+def _policies(body: bytes) -> list[dict[str, str | None]]:
+    """The stored access policies of a Set Queue ACL body (``<SignedIdentifiers>``), as
+    queue_pg.azure_set_acl takes them; InvalidXmlDocument when malformed."""
+    try:
+        root = ElementTree.fromstring(body) if body.strip() else None
+    except ElementTree.ParseError:
+        root = None
+        if body.strip():
+            raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically"
+                             " valid.") from None
+    if root is None:
+        return []
+    if root.tag != "SignedIdentifiers":
+        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid."
+                         " The root element must be SignedIdentifiers.")
+    out: list[dict[str, str | None]] = []
+    for si in root.findall("SignedIdentifier"):
+        pol = si.find("AccessPolicy")
+        out.append({"id": si.findtext("Id") or "",
+                    "start": None if pol is None else pol.findtext("Start") or None,
+                    "expiry": None if pol is None else pol.findtext("Expiry") or None,
+                    "permission": None if pol is None else pol.findtext("Permission")})
+    return out
 
 
 def _xml(body: str) -> Response:
@@ -253,9 +286,21 @@ class AzureEndpoint(Endpoint):
             azauth.check_shared_key(req, shared[0], account, shared[2], key[0], now)
         else:
             assert sas is not None
+            if "si" in sas.params and queue is not None:  # a stored access policy's fields
+                sas = azauth.with_policy(sas, await self._policy(queue, sas.params["si"]))
             azauth.check_sas(req, sas, account, queue, key[0], now)
             azauth.check_sas_allows(sas, operation)
         return key[1]
+
+    async def _policy(self, queue: str, policy_id: str) -> tuple[Any, ...] | None:
+        """The stored access policy a SAS names: (start, expiry, permission), or None."""
+        assert self._keys is not None  # opened by _key
+        async with self._keys.connection() as conn:
+            with translate():
+                row = await (await conn.execute(
+                    "SELECT start, expiry, permission FROM queue_pg.azure_access_policy(%s, %s)",
+                    [queue, policy_id])).fetchone()
+        return None if row is None else tuple(row)
 
     async def _key(self, account: str) -> tuple[str, str]:
         await self.open()
@@ -361,13 +406,20 @@ class Call:
         return Response(status_code=204)
 
     async def get_acl(self) -> Response:
-        await self._get_metadata()  # the queue exists and the caller may see it
-        return _xml("<SignedIdentifiers />")
+        rows = await self._sql("SELECT * FROM queue_pg.azure_acl(%s)", [self.queue])
+        parts = []
+        for pid, start, expiry, perm in rows:
+            parts.append(f"<SignedIdentifier><Id>{escape(pid)}</Id><AccessPolicy>"
+                         + (f"<Start>{_iso(start)}</Start>" if start else "")
+                         + (f"<Expiry>{_iso(expiry)}</Expiry>" if expiry else "")
+                         + (f"<Permission>{perm}</Permission>" if perm is not None else "")
+                         + "</AccessPolicy></SignedIdentifier>")
+        return _xml(f"<SignedIdentifiers>{''.join(parts)}</SignedIdentifiers>")
 
     async def set_acl(self) -> Response:
-        await self._get_metadata()  # the queue exists and the caller may see it
-        raise AzureError(501, "NotImplemented", "Stored access policies (Set Queue ACL) are not"
-                         " supported by this endpoint: use SAS tokens with their own expiry.")
+        await self._sql("SELECT queue_pg.azure_set_acl(%s, %s)",
+                        [self.queue, Jsonb(_policies(self.body))])
+        return Response(status_code=204)
 
     async def put_message(self) -> Response:
         text = _message_text(self.body)
@@ -377,25 +429,25 @@ class Call:
         if ttl_param == "-1":
             ttl = None
         elif ttl_param:
-            ttl = _int_param(self.params, "messagettl", 1, 2**31 - 1, DEFAULT_TTL)
+            # Azure takes any positive number; past queue_pg's longest ttl (100 years) the
+            # message outlives any reader as surely as one of -1, but keeps a true expiry
+            ttl = min(_int_param(self.params, "messagettl", 1, 2**63 - 1, DEFAULT_TTL)
+                      or DEFAULT_TTL, MAX_TTL)
         if ttl is not None and delay is not None and delay >= ttl:
             raise _bad_query("visibilitytimeout", str(delay), "must be less than messagettl")
-        message_id = await self.client.send(self.queue, text, delay=delay, ttl=ttl)
-        peeked = await self._inserted(message_id, delay or 0, ttl)
-        return Response('<?xml version="1.0" encoding="utf-8"?>' + peeked, status_code=201,
+        rows = await self._sql("SELECT * FROM queue_pg.azure_put(%s, %s, %s, %s)",
+                               [self.queue, Jsonb(text), delay, ttl])
+        message_id, receipt, enqueued, visible, expires = rows[0]
+        # -1 (never expires) keeps the queue's message_ttl: that is the message's true end
+        return Response('<?xml version="1.0" encoding="utf-8"?>'
+                        "<QueueMessagesList><QueueMessage>"
+                        f"<MessageId>{message_id}</MessageId>"
+                        f"<InsertionTime>{_http_date(enqueued)}</InsertionTime>"
+                        f"<ExpirationTime>{_http_date(expires)}</ExpirationTime>"
+                        f"<PopReceipt>{escape(receipt or '')}</PopReceipt>"
+                        f"<TimeNextVisible>{_http_date(visible)}</TimeNextVisible>"
+                        "</QueueMessage></QueueMessagesList>", status_code=201,
                         media_type="application/xml")
-
-    async def _inserted(self, message_id: int, delay: int, ttl: int | None) -> str:
-        """Put Message's answer: the id and times (no pop receipt: see docs/azure.md)."""
-        now = datetime.now(timezone.utc)
-        expires = None if ttl is None else now + timedelta(seconds=ttl)
-        return ("<QueueMessagesList><QueueMessage>"
-                f"<MessageId>{message_id}</MessageId>"
-                f"<InsertionTime>{_http_date(now)}</InsertionTime>"
-                f"<ExpirationTime>{_http_date(expires)}</ExpirationTime>"
-                f"<PopReceipt></PopReceipt>"
-                f"<TimeNextVisible>{_http_date(now + timedelta(seconds=delay))}</TimeNextVisible>"
-                "</QueueMessage></QueueMessagesList>")
 
     async def get_messages(self) -> Response:
         n = _int_param(self.params, "numofmessages", 1, 32, 1)
@@ -420,7 +472,7 @@ class Call:
                              "A query parameter that's mandatory for this request is not"
                              " specified: popreceipt.")
         parts = receipt.split(".")
-        if len(parts) != 4 or parts[1] != self.message_id:
+        if len(parts) not in (4, 5) or parts[1] != self.message_id:  # 5: a relaxed queue's
             raise AzureError(400, "PopReceiptMismatch", "The specified pop receipt did not"
                              " match the pop receipt for a dequeued message.")
         return receipt
@@ -438,10 +490,12 @@ class Call:
                              "A query parameter that's mandatory for this request is not"
                              " specified: visibilitytimeout.")
         text = _message_text(self.body) if self.body.strip() else None
-        msg = await self.client.update(self.queue, receipt, body=text, visibility_timeout=vt)
+        rows = await self._sql(
+            "SELECT receipt, visible_until FROM queue_pg.azure_update(%s, %s, %s, %s)",
+            [self.queue, receipt, None if text is None else Jsonb(text), vt])
+        new_receipt, visible = rows[0]
         return Response(status_code=204, headers={
-            "x-ms-popreceipt": msg.receipt or receipt,
-            "x-ms-time-next-visible": _http_date(msg.visible_until)})
+            "x-ms-popreceipt": new_receipt, "x-ms-time-next-visible": _http_date(visible)})
 
 
 def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
@@ -453,10 +507,10 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
         raise AzureError(400, "InvalidUri", f"This endpoint serves account {account} only.")
     if len(parts) >= 2 and not 3 <= len(parts[1]) <= 63:
         raise AzureError(400, "OutOfRangeInput", "The specified resource name length is not"
-                         " within the permissible limits: queue names are 3 to 63 characters.")
+                         " within the permissible limits. Queue names are 3 to 63 characters.")
     if len(parts) >= 2 and not _QUEUE_NAME.match(parts[1]):
         raise AzureError(400, "InvalidResourceName", "The specified resource name contains"
-                         " invalid characters: queue names are lower-case letters, digits and"
+                         " invalid characters. Queue names are lower-case letters, digits and"
                          " single dashes, starting and ending with a letter or digit.")
     if len(parts) == 4 and not (parts[3].isdigit() and parts[3][0] != "0"):
         raise AzureError(404, "MessageNotFound", "The specified message does not exist.")

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 #: How far a Shared Key request's date may be from the server's clock (Azure's 15 minutes).
 MAX_SKEW = timedelta(minutes=15)
@@ -134,14 +135,40 @@ class Sas:
     """A SAS token's fields (query parameters, decoded)."""
 
     params: Mapping[str, str]
+    #: the stored access policy its ``si`` names (st, se, sp as set), once looked up
+    policy: Mapping[str, str] | None = None
 
     @property
     def is_account(self) -> bool:
         return "ss" in self.params or "srt" in self.params
 
     @property
+    def effective(self) -> Mapping[str, str]:
+        """The token's fields with its stored access policy's (the policy's own fields)."""
+        return {**self.params, **(self.policy or {})}
+
+    @property
     def permissions(self) -> str:
-        return self.params.get("sp", "")
+        return self.effective.get("sp", "")
+
+
+def with_policy(sas: Sas, row: Sequence[Any] | None) -> Sas:
+    """``sas`` with the stored access policy ``row`` (start, expiry, permission) it names;
+    AuthError when there is none (never made, or removed: its tokens are revoked)."""
+    if row is None:
+        raise AuthError("The stored access policy named by si does not exist on this queue.")
+    start, expiry, perm = row
+    policy = {k: v for k, v in (("st", start and _z(start)), ("se", expiry and _z(expiry)),
+                                ("sp", perm)) if v}
+    both = sorted(k for k in policy if k in sas.params)
+    if both:
+        raise AuthError(f"The SAS token and its stored access policy both set {', '.join(both)}:"
+                        " set each in one place only.")
+    return Sas(sas.params, policy)
+
+
+def _z(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def parse_sas(query: Sequence[tuple[str, str]]) -> Sas | None:
@@ -174,9 +201,10 @@ def check_sas(req: Request, sas: Sas, account: str, queue: str | None, key: str,
               now: datetime) -> None:
     """AuthError unless the token is signed with ``key`` for this account (and, a queue SAS,
     for ``queue``), and its start, expiry, IP range and protocol admit the request."""
-    p = sas.params
-    if "si" in p:
-        raise AuthError("Stored access policies (si) are not supported by this endpoint.")
+    if "si" in sas.params and (sas.is_account or sas.policy is None):
+        raise AuthError("An account SAS names no stored access policy (si); a queue SAS's"
+                        " policy is of its queue.")
+    p = sas.effective
     if "se" not in p or "sp" not in p or "sv" not in p:
         raise AuthError("The SAS token must have sv, sp and se.")
     if "st" in p and now < _time(p["st"], "start"):
@@ -189,7 +217,9 @@ def check_sas(req: Request, sas: Sas, account: str, queue: str | None, key: str,
     if p.get("spr", "https,http") == "https" and req.scheme != "https":
         raise AuthError("This request is not authorized to be made over this protocol.",
                         "AuthorizationProtocolMismatch")
-    v = {k: p.get(k, "") for k in ("sp", "ss", "srt", "st", "se", "sip", "spr", "sv")}
+    # the signature covers the token's own fields (a policy's are the policy's)
+    v = {k: sas.params.get(k, "")
+         for k in ("sp", "ss", "srt", "st", "se", "si", "sip", "spr", "sv")}
     if sas.is_account:
         base = (f"{account}\n{v['sp']}\n{v['ss']}\n{v['srt']}\n{v['st']}\n{v['se']}\n"
                 f"{v['sip']}\n{v['spr']}\n{v['sv']}\n")
@@ -198,7 +228,7 @@ def check_sas(req: Request, sas: Sas, account: str, queue: str | None, key: str,
         if queue is None:
             raise AuthError("A queue SAS is valid for its queue's requests only.",
                             "AuthorizationResourceTypeMismatch")
-        texts = [f"{v['sp']}\n{v['st']}\n{v['se']}\n/queue/{account}/{queue}\n\n"
+        texts = [f"{v['sp']}\n{v['st']}\n{v['se']}\n/queue/{account}/{queue}\n{v['si']}\n"
                  f"{v['sip']}\n{v['spr']}\n{v['sv']}"]
     if not any(_same(key, text, p["sig"]) for text in texts):
         raise AuthError("Server failed to authenticate the request. Make sure the value of the"

@@ -223,7 +223,9 @@ BEGIN
     IF m.id IS NULL THEN
         PERFORM queue_pg._refuse(q, receipt, queue_pg._diagnose(q, r.id, r.lease_no, r.token));
     END IF;
-    cap := m.last_received_at + queue_pg._seconds(q.max_lease);
+    -- A message no receive has taken yet (a put's receipt, 59_azure.sql) holds no lease: its
+    -- visibility is a delay, bounded per call like a send's (above), and no slot is in flight.
+    cap := coalesce(m.last_received_at + queue_pg._seconds(q.max_lease), 'infinity');
     -- a 'per_type' queue's hung work: past its type's limit, no extension (56_budget.sql)
     IF q.lease_policy = 'per_type' AND n + queue_pg._seconds(coalesce(timeout, 0)) > m.visible_at
        AND n > m.last_received_at + queue_pg._seconds(coalesce(queue_pg._hung_limit(q, m.attributes), q.max_lease)) THEN
@@ -261,8 +263,9 @@ BEGIN
     END IF;
     -- in flight: leased and not released (a planned retry's backoff holds no slot, see
     -- _in_flight_exact)
-    was_in := m.visible_at > n AND NOT m.released;
-    is_in := CASE WHEN timeout IS NULL THEN was_in ELSE timeout > 0 AND NOT release END;
+    was_in := m.visible_at > n AND NOT m.released AND m.last_received_at IS NOT NULL;
+    is_in := CASE WHEN timeout IS NULL THEN was_in
+                  ELSE timeout > 0 AND NOT release AND m.last_received_at IS NOT NULL END;
     -- Back in flight (a released or lapsed lease taken up again): bounded by the limit like a
     -- receive.
     IF q.in_flight_limit IS NOT NULL AND is_in AND NOT was_in THEN

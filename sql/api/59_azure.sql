@@ -123,3 +123,120 @@ BEGIN
     ORDER BY q.name COLLATE "C"
     LIMIT n + 1;
 END $$;
+
+-- Azure Put Message: a send (the caller needs 'send' on the queue) whose answer carries a pop
+-- receipt, as Azure's does. The message gets lease number 1 before any receive (a message no
+-- receive has taken has 0, for which no receipt exists), so the receipt settles it through the
+-- usual functions (delete_message, update_message, azure_update: these need 'receive') until a
+-- receive takes it (lease 2: this receipt is stale), or it is updated, deleted or expires.
+-- receipt is NULL when the send made no new message of this queue (a duplicate of a message
+-- already received, or one routed to another queue).
+CREATE OR REPLACE FUNCTION queue_pg.azure_put(queue text, body jsonb, delay double precision,
+                                              ttl double precision, OUT id bigint, OUT receipt text,
+                                              OUT enqueued_at timestamptz, OUT visible_at timestamptz,
+                                              OUT expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    id := queue_pg.send(queue, body, delay, ttl);
+    UPDATE queue_pg.messages m SET lease_no = 1
+    WHERE m.id = azure_put.id AND m.queue_id = (queue_pg._queue(queue)).id
+      AND m.lease_no = 0 AND m.last_received_at IS NULL
+    RETURNING queue_pg._receipt(m.queue_id, m.id, 1, queue_pg._key()), m.enqueued_at, m.visible_at,
+              m.expires_at
+    INTO receipt, enqueued_at, visible_at, expires_at;
+END $$;
+
+-- Azure Update Message: update_message (new visibility and, optionally, body), then a new lease
+-- number, so the receipt given is stale from then on and the one returned is the only one that
+-- settles the message (Azure's rule). A relaxed queue's lease token is kept: the receive time
+-- it stands for has not changed.
+CREATE OR REPLACE FUNCTION queue_pg.azure_update(queue text, receipt text, body jsonb,
+                                                 visibility_timeout double precision)
+RETURNS queue_pg.message
+LANGUAGE plpgsql AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'receive');
+    key bytea := queue_pg._key();
+    m queue_pg.message := queue_pg._relet(q, receipt, visibility_timeout, body, NULL, false,
+                                          'visibility_timeout');
+    token text := (queue_pg._parse_receipt(q.id, receipt, key)).token;
+BEGIN
+    UPDATE queue_pg.messages t SET lease_no = t.lease_no + 1
+    WHERE t.id = m.id AND t.queue_id = q.id
+    RETURNING queue_pg._receipt(q.id, t.id, t.lease_no, key, token) INTO m.receipt;
+    RETURN m;
+END $$;
+
+-- Set Queue ACL (needs `manage`): replace the queue's stored access policies with `policies`, a
+-- JSON array of at most 5 objects {id, start, expiry, permission} (id 1 to 64 characters,
+-- distinct; start and expiry ISO 8601 times or null; permission letters of r, a, u, p or null).
+CREATE OR REPLACE FUNCTION queue_pg.azure_set_acl(queue text, policies jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+    bad jsonb;
+BEGIN
+    IF policies IS NULL OR jsonb_typeof(policies) <> 'array' THEN
+        PERFORM queue_pg._raise('QP003', 'policies must be a JSON array of objects');
+    END IF;
+    PERFORM queue_pg._check('len(policies)', jsonb_array_length(policies), 0, 5, 'policies');
+    SELECT p INTO bad FROM jsonb_array_elements(policies) p
+    WHERE jsonb_typeof(p) <> 'object' OR jsonb_typeof(p -> 'id') IS DISTINCT FROM 'string'
+       OR length(p ->> 'id') NOT BETWEEN 1 AND 64
+       OR coalesce(jsonb_typeof(p -> 'permission'), 'null') NOT IN ('string', 'null')
+       OR (p ->> 'permission') !~ '^[raup]*$'
+       OR coalesce(jsonb_typeof(p -> 'start'), 'null') NOT IN ('string', 'null')
+       OR coalesce(jsonb_typeof(p -> 'expiry'), 'null') NOT IN ('string', 'null')
+       OR (p ->> 'start') !~ '^\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:?\d\d)?$'
+       OR (p ->> 'expiry') !~ '^\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:?\d\d)?$'
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('policy %s is invalid: allowed {"id": 1 to 64 characters, "start" and'
+                             ' "expiry": ISO 8601 times or null, "permission": letters of raup or null}',
+                             left(bad::text, 200));
+    END IF;
+    SELECT p -> 'id' INTO bad FROM jsonb_array_elements(policies) p
+    GROUP BY p -> 'id' HAVING count(*) > 1 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('policies has duplicate id %s: allowed distinct ids only', left(bad::text, 100));
+    END IF;
+    DELETE FROM queue_pg.azure_access_policies a WHERE a.queue_id = q.id;
+    INSERT INTO queue_pg.azure_access_policies (queue_id, id, start, expiry, permission)
+    SELECT q.id, p ->> 'id', (p ->> 'start')::timestamptz, (p ->> 'expiry')::timestamptz,
+           p ->> 'permission'
+    FROM jsonb_array_elements(policies) p;
+EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format THEN  -- 2026-13-45: no such time
+    RAISE EXCEPTION USING ERRCODE = 'QP003',
+        MESSAGE = format('policies has a start or expiry that is no time: %s', SQLERRM);
+END $$;
+
+-- Get Queue ACL (needs `manage`): the queue's stored access policies, by id.
+CREATE OR REPLACE FUNCTION queue_pg.azure_acl(queue text)
+RETURNS TABLE (id text, start timestamptz, expiry timestamptz, permission text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q queue_pg.queues := queue_pg._queue(queue, 'manage');
+BEGIN
+    RETURN QUERY SELECT a.id, a.start, a.expiry, a.permission FROM queue_pg.azure_access_policies a
+                 WHERE a.queue_id = q.id ORDER BY a.id COLLATE "C";
+END $$;
+
+-- The stored access policy `id` of a queue, for the endpoint's check of a SAS that names it
+-- (`si`); no row when the queue or the policy does not exist. The owner's only, as azure_key:
+-- it runs before the request's role is known.
+CREATE OR REPLACE FUNCTION queue_pg.azure_access_policy(queue text, id text)
+RETURNS TABLE (start timestamptz, expiry timestamptz, permission text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not read Azure access policies',
+                             quote_literal(queue_pg._caller())),
+            DETAIL = 'only the queue_pg owner (the Azure endpoint''s own connection) reads them';
+    END IF;
+    RETURN QUERY SELECT a.start, a.expiry, a.permission
+                 FROM queue_pg.azure_access_policies a JOIN queue_pg.queues q ON q.id = a.queue_id
+                 WHERE q.name = azure_access_policy.queue AND a.id = azure_access_policy.id;
+END $$;

@@ -162,9 +162,10 @@ BEGIN
                                                     '_in_flight_messages', '_dead_letters', '_tuning_log',
                                                     '_schedules')) AS entry,
                CASE
-                   WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged') THEN ARRAY['queue_pg_producer']
+                   WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged', 'azure_put') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
+                                      'azure_update',
                                       'message_groups', 'message_details',
                                       -- consumers that can be seen to die (34_consumers.sql)
                                       'register_consumer', 'reap_consumers', 'consumer_heartbeat')
@@ -193,7 +194,8 @@ BEGIN
                                       'sqs_set_queue_attributes', 'sqs_queue_attributes',
                                       'sqs_add_permission', 'sqs_remove_permission',
                                       -- Azure queue metadata (59_azure.sql)
-                                      'azure_set_metadata', 'azure_metadata', 'azure_list_queues')
+                                      'azure_set_metadata', 'azure_metadata', 'azure_list_queues',
+                                      'azure_set_acl', 'azure_acl')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to
