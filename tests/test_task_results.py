@@ -1,0 +1,205 @@
+"""Task results: a task with ``store_result`` keeps its return value (or its last error) for
+its ``result_ttl``, written by the worker as it settles the message, read by ``get`` woken by
+NOTIFY, expired by the sweep, readable only with ``send`` or ``receive`` on the queue. Both
+workers, a real server, real roles."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import queue_pg
+from queue_pg.tasks import Registry, TaskFailed
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
+from tests.test_task_failures import dead_letters, run_worker
+
+
+def kept(conn: psycopg.Connection[Any]) -> int:
+    return conn.execute("SELECT count(*) FROM queue_pg.task_results").fetchone()[0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_return_value_is_kept_and_read(
+    client: queue_pg.Client, clean: str, kind: str, conn: psycopg.Connection[Any]
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="calc", name="add", create=True, store_result=True, registry=reg)
+    def add(a: int, b: int) -> dict[str, int]:
+        return {"sum": a + b}
+
+    @queue_pg.task(queue="calc", name="clock", store_result=True, registry=reg)
+    def clock() -> object:
+        return time.monotonic  # not JSON
+
+    r = add.send([2, 3], client=client)
+    bad = clock.send(client=client)
+    assert isinstance(r, int) and r.status == "PENDING" and not r.ready()
+    run_worker(kind, clean, ["calc"], reg, lambda c: r.ready() and bad.ready())
+    assert r.get(timeout=5) == {"sum": 5}
+    assert r.status == "SUCCESS"
+    assert client.stats("calc", exact=True).visible == 0  # the message went with the result
+    # a return value that is not JSON: FAILURE naming the task, the message dead-lettered
+    assert bad.status == "FAILURE"
+    with pytest.raises(TaskFailed, match="task clock: its return value .* is not JSON"):
+        bad.get(timeout=5)
+    assert [m.id for m in dead_letters(client, "calc-dlq")] == [bad]
+    assert kept(conn) == 2
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_failure_after_the_last_retry_is_kept(
+    client: queue_pg.Client, clean: str, kind: str
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="f", name="broken", create=True, retries=1, store_result=True,
+                   registry=reg)
+    def broken() -> None:
+        raise ValueError("x" * 5000)
+
+    r = broken.send(client=client)
+    run_worker(kind, clean, ["f"], reg, lambda c: r.ready())
+    assert r.status == "FAILURE"
+    with pytest.raises(TaskFailed) as info:
+        r.get(timeout=5)
+    error = info.value.error
+    assert error is not None and error.startswith("failed 2 times (retries = 1), last: ValueError")
+    assert len(error.encode()) <= 1024  # bounded, as dead-letter reasons
+    assert r.get(timeout=5, propagate=False) == error
+    assert [m.id for m in dead_letters(client, "f-dlq")] == [r]
+
+
+def test_a_result_over_max_message_size_fails_the_job(
+    client: queue_pg.Client, clean: str
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="big", name="big", max_message_size=1024, store_result=True,
+                   registry=reg)
+    def big() -> str:
+        return "y" * 2000
+
+    r = big.send(client=client)
+    run_worker("sync", clean, ["big"], reg, lambda c: r.ready())
+    with pytest.raises(TaskFailed, match="its result was refused: result is 2002 bytes"):
+        r.get(timeout=5)
+
+
+def test_get_times_out_while_the_task_has_not_run(client: queue_pg.Client) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="idle", name="idle", create=True, store_result=True, registry=reg)
+    def idle() -> None: ...
+
+    r = idle.send(client=client)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="task idle: message .* has no result after 0.3s"):
+        r.get(timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 5
+    assert r.status == "PENDING" and not r.ready()
+
+
+def test_get_wakes_on_the_workers_notify(client: queue_pg.Client) -> None:
+    """Completed while a get waits: it returns well before its 1 s re-check (NOTIFY, not
+    polling). Three rounds, each bounded at 0.5 s (measured: 7 to 16 ms; a 1 s re-check would take 0.7 s)."""
+    reg = Registry()
+
+    @queue_pg.task(queue="w", name="w", create=True, store_result=True, registry=reg)
+    def w() -> None: ...
+
+    for n in range(3):
+        r = w.send(client=client)
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda r=r: got.append((r.get(timeout=30),
+                                                                 time.monotonic())))
+        waiter.start()
+        try:
+            time.sleep(0.3)  # the waiter is listening (its first look found nothing)
+            (m,) = client.receive("w", wait=0)
+            done = time.monotonic()
+            assert client.complete_task("w", m.receipt, {"n": n}, 60)  # the worker's call
+        finally:
+            waiter.join(30)
+        (value, at) = got[0]
+        assert value == {"n": n}
+        print(f"round {n}: get returned {at - done:.4f}s after the result")
+        assert at - done < 0.5, f"get returned {at - done:.3f}s after the result"
+
+
+def test_results_expire_and_the_sweep_deletes_them(
+    client: queue_pg.Client, clean: str, conn: psycopg.Connection[Any]
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="t", name="short", create=True, store_result=True, result_ttl=1,
+                   registry=reg)
+    def short() -> int:
+        return 7
+
+    r = short.send(client=client)
+    run_worker("sync", clean, ["t"], reg, lambda c: r.ready())
+    assert r.get(timeout=5) == 7
+    time.sleep(1.2)
+    assert r.status == "PENDING"  # expired: not shown even before the sweep
+    assert kept(conn) == 1
+    client.sweep()
+    assert kept(conn) == 0
+
+
+def test_results_are_read_only_with_a_grant_on_their_queue(
+    client: queue_pg.Client, clean: str, make_role: MakeRole,  # noqa: F811
+    conn: psycopg.Connection[Any],
+) -> None:
+    client.create_queue("mine")
+    client.create_queue("theirs")
+    producer = make_role("results_p", PRODUCER)
+    consumer = make_role("results_c", CONSUMER)
+    client.grant("mine", producer.name, "send")
+    client.grant("theirs", consumer.name, "receive")
+    for q in ("mine", "theirs"):
+        client.send(q, {"task": "x"})
+        (m,) = client.receive(q, wait=0)
+        assert client.complete_task(q, m.receipt, {"secret": q}, 60)
+        assert m.id
+    ids = dict(conn.execute("SELECT q.name, r.message_id FROM queue_pg.task_results r"
+                            " JOIN queue_pg.queues q ON q.id = r.queue_id").fetchall())
+    with producer.client() as p, consumer.client() as c:
+        assert p.task_result("mine", ids["mine"]).result == {"secret": "mine"}  # send
+        assert c.task_result("theirs", ids["theirs"]).result == {"secret": "theirs"}  # receive
+        with pytest.raises(queue_pg.AccessDenied, match="needs privilege receive on queue 'theirs'"):
+            p.task_result("theirs", ids["theirs"])
+        with pytest.raises(queue_pg.AccessDenied):
+            p.wait_task_result("theirs", ids["theirs"], 0.1)
+        with pytest.raises(queue_pg.AccessDenied):
+            c.task_result("mine", ids["mine"])
+        # writing one needs receive: a producer cannot, whatever receipt it holds
+        p.send("mine", {"task": "y"})
+        (m,) = client.receive("mine", wait=0)
+        with pytest.raises(queue_pg.AccessDenied, match="complete_task"):
+            p.complete_task("mine", m.receipt, {"forged": True}, 60)
+    assert kept(conn) == 2
+
+
+def test_store_result_off_keeps_nothing(
+    client: queue_pg.Client, clean: str, conn: psycopg.Connection[Any]
+) -> None:
+    reg = Registry()
+    ran: list[int] = []
+
+    @queue_pg.task(queue="plain", name="plain", create=True, registry=reg)
+    def plain(n: int) -> int:
+        ran.append(n)
+        return n
+
+    r = plain.send([4], client=client)
+    run_worker("sync", clean, ["plain"], reg, lambda c: bool(ran)
+               and c.stats("plain", exact=True).in_flight == 0
+               and c.stats("plain", exact=True).visible == 0)
+    assert kept(conn) == 0
+    with pytest.raises(ValueError, match="task plain keeps no result"):
+        r.get(timeout=1)
