@@ -414,7 +414,8 @@ class TaskFailed(Exception):
 class TaskResult(int):
     """The message id an enqueue returns (an int, as before), and the way to its result when
     the task keeps one (``store_result``). :meth:`get` waits for it on LISTEN, woken by the
-    worker's NOTIFY; reading needs ``send`` or ``receive`` on the task's queue."""
+    worker's NOTIFY; reading needs ``send`` or ``receive`` on the task's queue. It prints,
+    formats and compares as the plain id."""
 
     task: Task
     _client: Client | None
@@ -424,9 +425,6 @@ class TaskResult(int):
         self.task = task
         self._client = client
         return self
-
-    def __repr__(self) -> str:
-        return f"<TaskResult {self.task.name} message {int(self)}>"
 
     @property
     def id(self) -> int:

@@ -38,14 +38,15 @@ def test_a_return_value_is_kept_and_read(
 
     r = add.send([2, 3], client=client)
     bad = clock.send(client=client)
-    assert isinstance(r, int) and r.status == "PENDING" and not r.ready()
+    assert isinstance(r, int) and str(r) == repr(r) == str(int(r))  # the id, as before
+    assert r.status == "PENDING" and not r.ready()
     run_worker(kind, clean, ["calc"], reg, lambda c: r.ready() and bad.ready())
     assert r.get(timeout=5) == {"sum": 5}
     assert r.status == "SUCCESS"
     assert client.stats("calc", exact=True).visible == 0  # the message went with the result
     # a return value that is not JSON: FAILURE naming the task, the message dead-lettered
     assert bad.status == "FAILURE"
-    with pytest.raises(TaskFailed, match="task clock: its return value .* is not JSON"):
+    with pytest.raises(TaskFailed, match=r"task clock: its return value .* is not JSON"):
         bad.get(timeout=5)
     assert [m.id for m in dead_letters(client, "calc-dlq")] == [bad]
     assert kept(conn) == 2
@@ -98,7 +99,7 @@ def test_get_times_out_while_the_task_has_not_run(client: queue_pg.Client) -> No
 
     r = idle.send(client=client)
     t0 = time.monotonic()
-    with pytest.raises(TimeoutError, match="task idle: message .* has no result after 0.3s"):
+    with pytest.raises(TimeoutError, match=r"task idle: message \d+ has no result after 0\.3s"):
         r.get(timeout=0.3)
     assert 0.3 <= time.monotonic() - t0 < 5
     assert r.status == "PENDING" and not r.ready()
@@ -106,7 +107,8 @@ def test_get_times_out_while_the_task_has_not_run(client: queue_pg.Client) -> No
 
 def test_get_wakes_on_the_workers_notify(client: queue_pg.Client) -> None:
     """Completed while a get waits: it returns well before its 1 s re-check (NOTIFY, not
-    polling). Three rounds, each bounded at 0.5 s (measured: 7 to 16 ms; a 1 s re-check would take 0.7 s)."""
+    polling). Three rounds, each bounded at 0.5 s (measured: 7 to 16 ms; the 1 s re-check
+    alone takes 0.7 s here)."""
     reg = Registry()
 
     @queue_pg.task(queue="w", name="w", create=True, store_result=True, registry=reg)
@@ -115,8 +117,11 @@ def test_get_wakes_on_the_workers_notify(client: queue_pg.Client) -> None:
     for n in range(3):
         r = w.send(client=client)
         got: list[Any] = []
-        waiter = threading.Thread(target=lambda r=r: got.append((r.get(timeout=30),
-                                                                 time.monotonic())))
+
+        def wait(r: queue_pg.tasks.TaskResult = r, got: list[Any] = got) -> None:
+            got.append((r.get(timeout=30), time.monotonic()))
+
+        waiter = threading.Thread(target=wait)
         waiter.start()
         try:
             time.sleep(0.3)  # the waiter is listening (its first look found nothing)
