@@ -5,6 +5,7 @@ workers, a real server, real roles."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -75,7 +76,7 @@ def test_a_failure_after_the_last_retry_is_kept(
     assert [m.id for m in dead_letters(client, "f-dlq")] == [r]
 
 
-def test_a_result_over_max_message_size_fails_the_job(
+def test_a_result_the_queue_refuses_fails_the_job(
     client: queue_pg.Client, clean: str
 ) -> None:
     reg = Registry()
@@ -85,10 +86,38 @@ def test_a_result_over_max_message_size_fails_the_job(
     def big() -> str:
         return "y" * 2000
 
+    @queue_pg.task(queue="big", name="nul", store_result=True, registry=reg)
+    def nul() -> str:
+        return "a\x00b"  # JSON, but jsonb holds no NUL
+
     r = big.send(client=client)
-    run_worker("sync", clean, ["big"], reg, lambda c: r.ready())
+    n = nul.send(client=client)
+    run_worker("sync", clean, ["big"], reg, lambda c: r.ready() and n.ready())
     with pytest.raises(TaskFailed, match="its result was refused: result is 2002 bytes"):
         r.get(timeout=5)
+    with pytest.raises(TaskFailed, match="task nul: its result was refused"):
+        n.get(timeout=5)
+
+
+def test_aget_reads_on_an_async_client_or_in_a_thread(
+    client: queue_pg.Client, clean: str
+) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="a", name="twice", create=True, store_result=True, registry=reg)
+    def twice(n: int) -> int:
+        return 2 * n
+
+    r = twice.send([21], client=client)
+
+    async def main() -> tuple[Any, Any]:
+        async with queue_pg.AsyncClient(clean, sweep_interval=None) as ac:
+            with pytest.raises(TimeoutError):
+                await r.aget(timeout=0.2, client=ac)
+            run_worker("sync", clean, ["a"], reg, lambda c: r.ready())
+            return await r.aget(timeout=5, client=ac), await r.aget(timeout=5)
+
+    assert asyncio.run(main()) == (42, 42)
 
 
 def test_get_times_out_while_the_task_has_not_run(client: queue_pg.Client) -> None:
