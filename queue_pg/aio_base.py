@@ -459,7 +459,8 @@ class AsyncClientBase:
     ) -> StoredResult:
         """The result of message ``id`` in the first of ``queues`` that has one, waiting on
         the queues' result channels up to ``timeout`` seconds (re-checking every second, and
-        behind a transaction pooler without a listen DSN only that); PENDING at the deadline."""
+        behind a transaction pooler without a listen DSN only that); at the deadline, the
+        status then (PENDING or RETRY)."""
         deadline = monotonic() + timeout
         async with self._listener(None) as listener:
             listened: list[str] = []
@@ -474,7 +475,7 @@ class AsyncClientBase:
                 while True:
                     for q in queues:  # after the LISTEN: a result kept before it is seen here
                         found = await self._run(_ops.task_result(q, id), listener)
-                        if found.status != "PENDING":
+                        if found.status in ("SUCCESS", "FAILURE"):
                             return found
                     wake = min(deadline - monotonic(), RECHECK_INTERVAL)
                     if wake <= 0:

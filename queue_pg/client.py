@@ -291,16 +291,17 @@ class Client(ClientBase):
     def task_result(
         self, queue: str, id: int, *, conn: Connection | None = None
     ) -> StoredResult:
-        """The kept result of message ``id`` of ``queue`` (status PENDING when there is none);
-        needs ``send`` or ``receive`` on the queue."""
+        """The kept result of message ``id`` of ``queue`` (status PENDING when there is none,
+        RETRY while it waits for its next attempt); needs ``send`` or ``receive`` on the
+        queue."""
         return self._run(_ops.task_result(queue, id), conn)
 
     def wait_task_result(
         self, queues: str | Sequence[str], id: int, timeout: Seconds
     ) -> StoredResult:
         """The result of message ``id`` once one is kept in one of ``queues``, waiting up to
-        ``timeout`` seconds on LISTEN (woken by the worker's NOTIFY); status PENDING if none
-        came in time."""
+        ``timeout`` seconds on LISTEN (woken by the worker's NOTIFY); status PENDING or RETRY
+        if none came in time."""
         names = [queues] if isinstance(queues, str) else list(queues)
         return self._wait_result(names, id, seconds(timeout))
 

@@ -447,7 +447,8 @@ class ClientBase:
     ) -> StoredResult:
         """The result of message ``id`` in the first of ``queues`` that has one, waiting on
         the queues' result channels up to ``timeout`` seconds (re-checking every second, and
-        behind a transaction pooler without a listen DSN only that); PENDING at the deadline."""
+        behind a transaction pooler without a listen DSN only that); at the deadline, the
+        status then (PENDING or RETRY)."""
         deadline = monotonic() + timeout
         with self._listener(None) as listener:
             listened: list[str] = []
@@ -462,7 +463,7 @@ class ClientBase:
                 while True:
                     for q in queues:  # after the LISTEN: a result kept before it is seen here
                         found = self._run(_ops.task_result(q, id), listener)
-                        if found.status != "PENDING":
+                        if found.status in ("SUCCESS", "FAILURE"):
                             return found
                     wake = min(deadline - monotonic(), RECHECK_INTERVAL)
                     if wake <= 0:

@@ -400,6 +400,10 @@ class Task:
             return self.func(*args, **kwargs)
 
 
+#: The statuses of a run that finished.
+DONE = ("SUCCESS", "FAILURE")
+
+
 class TaskFailed(Exception):
     """A task's run failed for good (after its retries, or rejected): :meth:`TaskResult.get`
     raises it with the error kept (the dead-letter reason, at most 1 KiB)."""
@@ -445,19 +449,20 @@ class TaskResult(int):
         found = None
         for q in self._queues():
             found = c.task_result(q, int(self))
-            if found.status != "PENDING":
+            if found.status != "PENDING":  # where it is
                 break
         assert found is not None
         return found
 
     @property
     def status(self) -> str:
-        """"PENDING" (not finished, or its result expired), "SUCCESS" or "FAILURE"."""
+        """"SUCCESS", "FAILURE", "RETRY" (failed, waiting for its next attempt) or "PENDING"
+        (not finished, or its result expired)."""
         return self.stored().status
 
     def ready(self) -> bool:
         """True once the run finished (SUCCESS or FAILURE)."""
-        return self.status != "PENDING"
+        return self.status in DONE
 
     def get(
         self, timeout: Seconds | None = None, *, propagate: bool = True,
@@ -471,7 +476,7 @@ class TaskResult(int):
         limit = None if timeout is None else seconds(timeout)
         while True:
             found = c.wait_task_result(queues, int(self), 60.0 if limit is None else limit)
-            if found.status != "PENDING" or limit is not None:
+            if found.status in DONE or limit is not None:
                 break
         return self._outcome(found, limit, propagate)
 
@@ -488,7 +493,7 @@ class TaskResult(int):
         while True:
             found = await client.wait_task_result(queues, int(self),
                                                   60.0 if limit is None else limit)
-            if found.status != "PENDING" or limit is not None:
+            if found.status in DONE or limit is not None:
                 break
         return self._outcome(found, limit, propagate)
 

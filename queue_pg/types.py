@@ -179,8 +179,9 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class StoredResult:
-    """A task's result as ``queue_pg.task_result`` reads it: ``status`` is "PENDING" (none
-    yet, or expired), "SUCCESS" (``result``: the return value) or "FAILURE" (``error``: why)."""
+    """A task's result as ``queue_pg.task_result`` reads it: ``status`` is "SUCCESS"
+    (``result``: the return value), "FAILURE" (``error``: why), "RETRY" (failed, waiting for
+    its next attempt) or "PENDING" (none of these, or expired)."""
 
     status: str
     result: JSON

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 import queue_pg
+from queue_pg.backoff import Backoff
 from queue_pg.tasks import Registry, TaskFailed
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 from tests.test_task_failures import dead_letters, run_worker
@@ -74,6 +75,23 @@ def test_a_failure_after_the_last_retry_is_kept(
     assert len(error.encode()) <= 1024  # bounded, as dead-letter reasons
     assert r.get(timeout=5, propagate=False) == error
     assert [m.id for m in dead_letters(client, "f-dlq")] == [r]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_run_waiting_out_its_backoff_is_retry(client: queue_pg.Client, clean: str,
+                                                kind: str) -> None:
+    reg = Registry()
+
+    @queue_pg.task(queue="rt", name="flaky", create=True, store_result=True, registry=reg)
+    def flaky() -> None:
+        raise ValueError("not yet")
+
+    r = flaky.send(client=client)
+    run_worker(kind, clean, ["rt"], reg, lambda c: r.status == "RETRY",
+               backoff=Backoff(base=60, cap=60))
+    assert not r.ready()
+    with pytest.raises(TimeoutError):
+        r.get(timeout=0.2)
 
 
 def test_a_result_the_queue_refuses_fails_the_job(

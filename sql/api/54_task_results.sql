@@ -34,8 +34,10 @@ BEGIN
     RETURN queue_pg._result_channel((queue_pg._result_reader(queue)).id, key);
 END $$;
 
--- The result of message `id` of the queue: status PENDING (no result, or an expired one: not
--- finished, unknown, or forgotten), SUCCESS (result: the return value) or FAILURE (error: why).
+-- The result of message `id` of the queue: status SUCCESS (result: the return value), FAILURE
+-- (error: why), RETRY (no result; the message failed and waits for its next attempt: read
+-- from the message, nothing written for it) or PENDING (none of these: not finished, running,
+-- unknown, or its result expired).
 CREATE OR REPLACE FUNCTION queue_pg.task_result(queue text, id bigint)
 RETURNS TABLE (status text, result jsonb, error text, done_at timestamptz, expires_at timestamptz)
 LANGUAGE plpgsql STABLE AS $$
@@ -43,10 +45,13 @@ DECLARE
     q queue_pg.queues := queue_pg._result_reader(queue);
 BEGIN
     RETURN QUERY
-    SELECT coalesce(t.status, 'PENDING'), t.result, t.error, t.done_at, t.expires_at
+    SELECT coalesce(t.status, CASE WHEN m.id IS NOT NULL THEN 'RETRY' ELSE 'PENDING' END),
+           t.result, t.error, t.done_at, t.expires_at
     FROM (SELECT 1) one
     LEFT JOIN queue_pg.task_results t
-      ON t.queue_id = q.id AND t.message_id = task_result.id AND t.expires_at > queue_pg._now();
+      ON t.queue_id = q.id AND t.message_id = task_result.id AND t.expires_at > queue_pg._now()
+    LEFT JOIN queue_pg.messages m
+      ON m.id = task_result.id AND m.queue_id = q.id AND m.released AND m.receive_count > 0;
 END $$;
 
 -- Keeps a result (the caller checked the lease and settled the message) and wakes its waiters.
