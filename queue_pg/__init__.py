@@ -40,6 +40,7 @@ from queue_pg.errors import (
     StaleReceipt,
 )
 from queue_pg.jobs import AsyncJob, Job, LeaseLost, Reject, current_job
+from queue_pg.tasks import TaskFailed, TaskResult
 from queue_pg.tasks import task as task
 from queue_pg.types import (
     DeleteResult,
@@ -52,6 +53,7 @@ from queue_pg.types import (
     RedriveAllow,
     RedriveTask,
     Seconds,
+    StoredResult,
     UndecodableBody,
 )
 from queue_pg.worker import Worker
@@ -101,6 +103,9 @@ __all__ = [
     "Seconds",
     "ServerUnavailable",
     "StaleReceipt",
+    "StoredResult",
+    "TaskFailed",
+    "TaskResult",
     "UndecodableBody",
     "Worker",
     "__version__",

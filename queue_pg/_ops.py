@@ -38,6 +38,7 @@ from queue_pg.decode import (
     queue_config,
     queue_stats,
     redrive_task,
+    stored_result,
 )
 from queue_pg.errors import InvalidParameter
 from queue_pg.types import (
@@ -51,6 +52,7 @@ from queue_pg.types import (
     RedriveAllow,
     RedriveTask,
     Seconds,
+    StoredResult,
     flag,
     integer,
     seconds_or_none,
@@ -389,6 +391,41 @@ def dead_letter(queue: str, receipt: str, reason: str | None = None) -> Call[boo
         {"queue": text(queue, "queue"), "receipt": text(receipt, "receipt"),
          "reason": text(reason, "reason")},
         as_bool,
+    )
+
+
+def complete_task(queue: str, receipt: str, result: JSON, ttl: Seconds) -> Call[bool]:
+    return Call(
+        "select queue_pg.complete_task(%(queue)s, %(receipt)s::text, %(result)s::jsonb,"
+        " %(ttl)s::float8) as result",
+        {"queue": text(queue, "queue"), "receipt": text(receipt, "receipt"),
+         "result": Jsonb(result), "ttl": seconds_or_none(ttl, "ttl")},
+        as_bool,
+    )
+
+
+def fail_task(queue: str, receipt: str, reason: str, ttl: Seconds) -> Call[bool]:
+    return Call(
+        "select queue_pg.fail_task(%(queue)s, %(receipt)s::text, %(reason)s::text,"
+        " %(ttl)s::float8) as result",
+        {"queue": text(queue, "queue"), "receipt": text(receipt, "receipt"),
+         "reason": text(reason, "reason"), "ttl": seconds_or_none(ttl, "ttl")},
+        as_bool,
+    )
+
+
+def task_result(queue: str, id: int) -> Call[StoredResult]:
+    return Call(
+        "select * from queue_pg.task_result(%(queue)s, %(id)s::bigint)",
+        {"queue": text(queue, "queue"), "id": integer(id, "id")},
+        one(stored_result),
+    )
+
+
+def task_result_channel(queue: str) -> Call[str]:
+    return Call(
+        "select queue_pg.task_result_channel(%(queue)s) as result",
+        {"queue": text(queue, "queue")}, as_str,
     )
 
 

@@ -31,6 +31,8 @@ from queue_pg.types import (
     RedriveAllow,
     RedriveTask,
     Seconds,
+    StoredResult,
+    seconds,
 )
 
 if TYPE_CHECKING:
@@ -270,6 +272,41 @@ class AsyncClient(AsyncClientBase):
         """Move the message to the queue's dead-letter queue now (work that can never
         succeed); ``reason`` goes to its attributes as ``dead_letter_reason``."""
         return await self._run(_ops.dead_letter(queue, receipt, reason), conn)
+
+    async def complete_task(
+        self, queue: str, receipt: str, result: JSON, ttl: Seconds = 86400, *,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        """Delete a finished task's message and keep its ``result`` for ``ttl`` seconds, in one
+        transaction (what a worker does for a task with ``store_result``); False, and nothing
+        kept, if the message was gone already. MessageTooLarge past the queue's
+        max_message_size."""
+        return await self._run(_ops.complete_task(queue, receipt, result, ttl), conn)
+
+    async def fail_task(
+        self, queue: str, receipt: str, reason: str, ttl: Seconds = 86400, *,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        """Dead-letter a failed task's message and keep ``reason`` (cut to 1 KiB) as its
+        result's error, in one transaction."""
+        return await self._run(_ops.fail_task(queue, receipt, reason, ttl), conn)
+
+    async def task_result(
+        self, queue: str, id: int, *, conn: AsyncConnection | None = None
+    ) -> StoredResult:
+        """The kept result of message ``id`` of ``queue`` (status PENDING when there is none,
+        RETRY while it waits for its next attempt); needs ``send`` or ``receive`` on the
+        queue."""
+        return await self._run(_ops.task_result(queue, id), conn)
+
+    async def wait_task_result(
+        self, queues: str | Sequence[str], id: int, timeout: Seconds
+    ) -> StoredResult:
+        """The result of message ``id`` once one is kept in one of ``queues``, waiting up to
+        ``timeout`` seconds on LISTEN (woken by the worker's NOTIFY); status PENDING or RETRY
+        if none came in time."""
+        names = [queues] if isinstance(queues, str) else list(queues)
+        return await self._wait_result(names, id, seconds(timeout))
 
     async def peek(
         self, queue: str, n: int = 1, *, conn: AsyncConnection | None = None

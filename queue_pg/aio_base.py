@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +32,7 @@ from queue_pg.longpoll import RECHECK_INTERVAL, LongPoll
 from queue_pg.types import (
     Message,
     Seconds,
+    StoredResult,
     seconds,
 )
 
@@ -451,6 +452,38 @@ class AsyncClientBase:
                                 pass
             finally:
                 if not keep:
+                    await self._unlisten(listener, channel)
+
+    async def _wait_result(
+        self, queues: Sequence[str], id: int, timeout: float
+    ) -> StoredResult:
+        """The result of message ``id`` in the first of ``queues`` that has one, waiting on
+        the queues' result channels up to ``timeout`` seconds (re-checking every second, and
+        behind a transaction pooler without a listen DSN only that); at the deadline, the
+        status then (PENDING or RETRY)."""
+        deadline = monotonic() + timeout
+        async with self._listener(None) as listener:
+            listened: list[str] = []
+            try:
+                if not (self._transaction_pooler and self._listen_dsn is None):
+                    for q in queues:
+                        channel = await self._run(_ops.task_result_channel(q), listener)
+                        await execute(listener, _ops.listen(channel))
+                        listened.append(channel)
+                    if not listener.autocommit:
+                        await listener.commit()  # LISTEN takes effect at commit
+                while True:
+                    for q in queues:  # after the LISTEN: a result kept before it is seen here
+                        found = await self._run(_ops.task_result(q, id), listener)
+                        if found.status in ("SUCCESS", "FAILURE"):
+                            return found
+                    wake = min(deadline - monotonic(), RECHECK_INTERVAL)
+                    if wake <= 0:
+                        return found
+                    async for _ in listener.notifies(timeout=wake, stop_after=1):
+                        pass
+            finally:
+                for channel in listened:
                     await self._unlisten(listener, channel)
 
     @asynccontextmanager

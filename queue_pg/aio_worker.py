@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from time import monotonic
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from queue_pg import _ops, joblog
 from queue_pg.declare import ensure_queues
@@ -205,6 +205,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         ended = asyncio.Event()
         beating = asyncio.create_task(self._heartbeat(job, ended))
         exc: BaseException | None = None
+        value: Any = None
         at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
@@ -212,7 +213,8 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
                 started = monotonic()
                 cause: Exception | None = None
                 try:
-                    await asyncio.wait_for(task.run_async(job, args, kwargs), task.timeout)
+                    value = await asyncio.wait_for(task.run_async(job, args, kwargs),
+                                                   task.timeout)
                 except Exception as e:
                     cause = e
                 # past its timeout, whatever it raised or returned: the attempt failed
@@ -234,7 +236,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         joblog.finished(job, exc, at, self.job_log_level)
         ended.set()  # a beat in progress completes first: the settle below has the last word
         await beating
-        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
         self.stats.add(await run_plan(self.client, plan))
 
     async def _flush_loop(self) -> None:

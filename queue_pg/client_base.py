@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +29,7 @@ from queue_pg.longpoll import RECHECK_INTERVAL, LongPoll
 from queue_pg.types import (
     Message,
     Seconds,
+    StoredResult,
     seconds,
 )
 
@@ -439,6 +440,38 @@ class ClientBase:
                                 pass
             finally:
                 if not keep:
+                    self._unlisten(listener, channel)
+
+    def _wait_result(
+        self, queues: Sequence[str], id: int, timeout: float
+    ) -> StoredResult:
+        """The result of message ``id`` in the first of ``queues`` that has one, waiting on
+        the queues' result channels up to ``timeout`` seconds (re-checking every second, and
+        behind a transaction pooler without a listen DSN only that); at the deadline, the
+        status then (PENDING or RETRY)."""
+        deadline = monotonic() + timeout
+        with self._listener(None) as listener:
+            listened: list[str] = []
+            try:
+                if not (self._transaction_pooler and self._listen_dsn is None):
+                    for q in queues:
+                        channel = self._run(_ops.task_result_channel(q), listener)
+                        execute(listener, _ops.listen(channel))
+                        listened.append(channel)
+                    if not listener.autocommit:
+                        listener.commit()  # LISTEN takes effect at commit
+                while True:
+                    for q in queues:  # after the LISTEN: a result kept before it is seen here
+                        found = self._run(_ops.task_result(q, id), listener)
+                        if found.status in ("SUCCESS", "FAILURE"):
+                            return found
+                    wake = min(deadline - monotonic(), RECHECK_INTERVAL)
+                    if wake <= 0:
+                        return found
+                    for _ in listener.notifies(timeout=wake, stop_after=1):
+                        pass
+            finally:
+                for channel in listened:
                     self._unlisten(listener, channel)
 
     @contextmanager

@@ -26,6 +26,7 @@ from queue_pg.types import (
     QueueConfig,
     QueueStats,
     RedriveTask,
+    StoredResult,
     UndecodableBody,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "queue_config",
     "queue_stats",
     "redrive_task",
+    "stored_result",
 ]
 
 D = TypeVar("D")
@@ -115,6 +117,7 @@ queue_stats = record(QueueStats)
 delete_result = record(DeleteResult)
 grant_info = record(Grant)
 redrive_task = record(RedriveTask)
+stored_result = record(StoredResult)
 
 
 # --- jsonb ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ SQL: a dead-letter after max_receive_count, the lease's max_lease, a stale recei
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -15,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queue_pg.errors import (
     InvalidParameter,
@@ -93,14 +94,33 @@ def error_attributes(job: BaseJob, exc: BaseException) -> dict[str, JSON]:
 
 
 def settle(
-    job: BaseJob, exc: BaseException | None, backoff: Backoff, acks: Acks | None = None
+    job: BaseJob, exc: BaseException | None, backoff: Backoff, acks: Acks | None = None,
+    value: Any = None,
 ) -> Plan[str]:
     """Settle the message as :func:`decide` says; returns the WorkerStats counter to add
     ("" when it could not be settled: its lease brings it back). With ``acks``, a success is
-    deleted later, in a batch (:mod:`queue_pg.acks` counts it)."""
+    deleted later, in a batch (:mod:`queue_pg.acks` counts it). A task with ``store_result``
+    is settled with its result (``value``, its return value) instead: deleted with it kept
+    (``complete_task``), or, failed for good, dead-lettered with the reason kept
+    (``fail_task``); a return value that is not JSON, or that the queue refuses as too large,
+    fails the job so."""
+    ttl = _result_ttl(job)
+    if ttl is not None and exc is None:
+        exc = _not_json_result(job, value)
     action, reason = decide(job, exc)
     q, r = job.queue, job.receipt
     try:
+        if action is Action.DELETE and ttl is not None:
+            try:
+                done = yield ClientCall("complete_task", (q, r, value, ttl))
+            except InvalidParameter as why:  # MessageTooLarge: the job failed, not the worker
+                exc = Reject(f"task {_name(job)}: its result was refused: {why}")
+                action, reason = decide(job, exc)
+            else:
+                if not done:
+                    logger.warning("message %s expired before its delete; no result kept",
+                                   job.id)
+                return "succeeded"
         if action is Action.DELETE and acks is not None:
             acks.add(job)
             return ""
@@ -134,6 +154,34 @@ def settle(
     except Exception:
         logger.exception("could not settle %s; its lease brings it back", job.describe())
         return ""
+
+
+def _result_ttl(job: BaseJob) -> float | None:
+    """Seconds a result of this job is kept; None: its task keeps none (a plain handler's
+    neither)."""
+    task = job.task
+    return task.result_ttl if task is not None and task.store_result else None
+
+
+def _name(job: BaseJob) -> str:
+    return job.task.name if job.task is not None else "handler"
+
+
+def _not_json_result(job: BaseJob, value: Any) -> Reject | None:
+    """The failure of a task whose return value is not JSON (it can never be kept): the
+    task's name, the value and what to return instead."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        return Reject(f"task {_name(job)}: its return value {shown} is"
+                      f" not JSON ({exc}); return what JSON holds (str, int, finite float,"
+                      " bool, None, list, dict with str keys)")
+    except RecursionError as exc:
+        return Reject(f"task {_name(job)}: its return value is not"
+                      f" JSON ({exc})")
+    return None
 
 
 def _text(exc: BaseException) -> str:
@@ -185,8 +233,13 @@ def _reject(job: BaseJob, exc: BaseException, reason: str, delay: float) -> Plan
     ``delay``; any other refusal leaves it leased, its lease bringing it back; the log says why."""
     tb = None if isinstance(exc, Reject) else exc  # the traceback, once
     q = job.queue
+    reason = reason.replace("\x00", "\\x00")
+    ttl = _result_ttl(job)
     try:
-        moved = yield ClientCall("dead_letter", (q, job.receipt, reason.replace("\x00", "\\x00")))
+        if ttl is None:
+            moved = yield ClientCall("dead_letter", (q, job.receipt, reason))
+        else:  # and its FAILURE kept, in the same transaction
+            moved = yield ClientCall("fail_task", (q, job.receipt, reason, ttl))
     except NoDeadLetterQueue:
         yield from _later(job, delay)
         logger.error("%s rejected: %s -- KEPT in queue %s, not dead-lettered: it has no"

@@ -41,16 +41,30 @@ if TYPE_CHECKING:
     import psycopg
 
     from queue_pg._sqla import SessionLike
+    from queue_pg.aio import AsyncClient
     from queue_pg.client import Client
     from queue_pg.periodic import Periodic
+    from queue_pg.types import StoredResult
 
-__all__ = ["ERROR_KEY", "STATE_KEY", "Registry", "Task", "registry", "set_client", "task"]
+__all__ = [
+    "ERROR_KEY",
+    "STATE_KEY",
+    "Registry",
+    "Task",
+    "TaskFailed",
+    "TaskResult",
+    "registry",
+    "set_client",
+    "task",
+]
 
 #: Failed attempts a task retries unless told otherwise (with the worker's exponential backoff:
 #: about 1, 2 and 4 s), then its message goes to the dead-letter queue.
 DEFAULT_RETRIES = 3
 #: The queue of a task that names none (created by the first enqueue or worker that needs it).
 DEFAULT_QUEUE = "default"
+#: Seconds a task with ``store_result`` keeps its result unless told otherwise: a day.
+DEFAULT_RESULT_TTL = 86400.0
 
 TASK_KEY = "task"
 ARGS_KEY = "args"
@@ -113,6 +127,11 @@ class Task:
     :func:`queue_pg.declare.limited_queue`, whose ``in_flight_limit`` it is; a retry waiting
     out its backoff holds no slot);
     ``rate_limit``: at most that many starts per second of the task's queue (every task in it).
+
+    ``store_result``: keep what each run returned (JSON, at most the queue's max_message_size),
+    or its last error once it failed for good, for ``result_ttl`` seconds (default a day), in
+    the transaction that settles its message: read it with the :class:`TaskResult` an enqueue
+    returns. Off by default: a task without it costs no extra statement.
     """
 
     def __init__(
@@ -132,6 +151,8 @@ class Task:
         settings: Mapping[str, Any] | None = None,
         max_running: int | None = None,
         rate_limit: float | None = None,
+        store_result: bool = False,
+        result_ttl: Seconds | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError(f"retries = {retries}: need >= 0")
@@ -153,6 +174,10 @@ class Task:
             raise ValueError(f"rate_limit = {rate_limit}: need > 0 starts per second")
         self.max_running = max_running
         self.rate_limit = rate_limit
+        self.store_result = store_result
+        self.result_ttl = DEFAULT_RESULT_TTL if result_ttl is None else seconds(result_ttl)
+        if not 1 <= self.result_ttl <= 31536000:
+            raise ValueError(f"result_ttl = {result_ttl}: need 1 to 31536000 seconds (a year)")
         #: The queues its messages may come from: its own and its max_running route's. A
         #: message naming it in any other queue is rejected (a producer of that queue may not
         #: start it).
@@ -217,8 +242,9 @@ class Task:
         session: SessionLike | None = None,
         client: Client | None = None,
         ttl: Seconds | None = None,
-    ) -> int:
-        """Enqueue one run; returns the message id. With ``conn`` (a psycopg connection) or
+    ) -> TaskResult:
+        """Enqueue one run; returns the message id, a :class:`TaskResult` (an int) that reads
+        its result when the task has ``store_result``. With ``conn`` (a psycopg connection) or
         ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
         transaction; with neither, of the registry's ``connection()`` if it has one (Django's).
         Arguments must be JSON and fit the function (else TypeError now, not in the worker)."""
@@ -234,7 +260,7 @@ class Task:
                 self._limited(on, None)
                 return _send_on(on, self.queue, body, delay, attributes, ttl)
 
-            return self._declaring(conn, send_on)
+            return TaskResult(self._declaring(conn, send_on), self)
         c = client or self.registry.default_client()
 
         def send() -> int:
@@ -242,7 +268,7 @@ class Task:
             return c.send(self.queue, body, delay=delay, ttl=ttl, attributes=attributes,
                           conn=conn)
 
-        return self._declaring(conn, send, c)
+        return TaskResult(self._declaring(conn, send, c), self, client)
 
     def _limited(self, conn: psycopg.Connection[Any] | None, client: Client | None) -> None:
         """A ``max_running`` task's limit in place before its message is sent (see
@@ -290,7 +316,7 @@ class Task:
         conn: psycopg.Connection[Any] | None = None,
         session: SessionLike | None = None,
         **kwargs: Any,
-    ) -> int:
+    ) -> TaskResult:
         """Enqueue ``func(*args, **kwargs)`` (``conn`` / ``session``: in the caller's
         transaction)."""
         return self.send(args, kwargs, conn=conn, session=session)
@@ -302,11 +328,11 @@ class Task:
         conn: psycopg.Connection[Any] | None = None,
         session: SessionLike | None = None,
         **kwargs: Any,
-    ) -> int:
+    ) -> TaskResult:
         """Enqueue to run no sooner than ``delay`` seconds from now."""
         return self.send(args, kwargs, delay=delay, conn=conn, session=session)
 
-    def delay(self, *args: Any, **kwargs: Any) -> int:
+    def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
         """Celery's spelling of :meth:`enqueue`: every keyword goes to the function, so the
         transaction is the framework's (Django's ``atomic()``, Flask's request) or, outside
         one, the message's own."""
@@ -323,7 +349,7 @@ class Task:
         expires: Seconds | datetime | None = None,
         conn: psycopg.Connection[Any] | None = None,
         session: SessionLike | None = None,
-    ) -> int:
+    ) -> TaskResult:
         """Celery's :meth:`send` with its options: run no sooner than ``countdown`` seconds
         from now or at ``eta`` (an aware datetime); never after ``expires`` (seconds or a
         datetime: the message's time-to-live). ``queue``: only the task's own (a task runs
@@ -372,6 +398,114 @@ class Task:
     def _in_context(self, *args: Any, **kwargs: Any) -> Any:
         with self.registry.job_context():
             return self.func(*args, **kwargs)
+
+
+#: The statuses of a run that finished.
+DONE = ("SUCCESS", "FAILURE")
+
+
+class TaskFailed(Exception):
+    """A task's run failed for good (after its retries, or rejected): :meth:`TaskResult.get`
+    raises it with the error kept (the dead-letter reason, at most 1 KiB)."""
+
+    def __init__(self, task: str, id: int, error: str | None) -> None:
+        super().__init__(f"task {task} (message {id}) failed: {error}")
+        self.task = task
+        self.id = id
+        self.error = error
+
+
+class TaskResult(int):
+    """The message id an enqueue returns (an int, as before), and the way to its result when
+    the task keeps one (``store_result``). :meth:`get` waits for it on LISTEN, woken by the
+    worker's NOTIFY; reading needs ``send`` or ``receive`` on the task's queue. It prints,
+    formats and compares as the plain id."""
+
+    task: Task
+    _client: Client | None
+
+    def __new__(cls, id: int, task: Task, client: Client | None = None) -> TaskResult:
+        self = super().__new__(cls, id)
+        self.task = task
+        self._client = client
+        return self
+
+    @property
+    def id(self) -> int:
+        return int(self)
+
+    def _queues(self) -> list[str]:
+        if not self.task.store_result:
+            raise ValueError(f"task {self.task.name} keeps no result: declare it with"
+                             " @task(store_result=True)")
+        return sorted(self.task.runs_from)
+
+    def _reader(self, client: Client | None) -> Client:
+        return client or self._client or self.task.registry.default_client()
+
+    def stored(self, *, client: Client | None = None) -> StoredResult:
+        """What is kept now (status PENDING when nothing is)."""
+        c = self._reader(client)
+        found = None
+        for q in self._queues():
+            found = c.task_result(q, int(self))
+            if found.status != "PENDING":  # where it is
+                break
+        assert found is not None
+        return found
+
+    @property
+    def status(self) -> str:
+        """"SUCCESS", "FAILURE", "RETRY" (failed, waiting for its next attempt) or "PENDING"
+        (not finished, or its result expired)."""
+        return self.stored().status
+
+    def ready(self) -> bool:
+        """True once the run finished (SUCCESS or FAILURE)."""
+        return self.status in DONE
+
+    def get(
+        self, timeout: Seconds | None = None, *, propagate: bool = True,
+        client: Client | None = None,
+    ) -> Any:
+        """The task's return value, waiting up to ``timeout`` seconds (None: as long as it
+        takes): TimeoutError if it has not finished by then; :class:`TaskFailed` if it failed
+        for good (``propagate=False``: the error text is returned instead)."""
+        c = self._reader(client)
+        queues = self._queues()
+        limit = None if timeout is None else seconds(timeout)
+        while True:
+            found = c.wait_task_result(queues, int(self), 60.0 if limit is None else limit)
+            if found.status in DONE or limit is not None:
+                break
+        return self._outcome(found, limit, propagate)
+
+    async def aget(
+        self, timeout: Seconds | None = None, *, propagate: bool = True,
+        client: AsyncClient | None = None,
+    ) -> Any:
+        """:meth:`get` for asyncio: on ``client`` (an AsyncClient) when given, else the sync
+        get in a thread."""
+        if client is None:
+            return await asyncio.to_thread(self.get, timeout, propagate=propagate)
+        queues = self._queues()
+        limit = None if timeout is None else seconds(timeout)
+        while True:
+            found = await client.wait_task_result(queues, int(self),
+                                                  60.0 if limit is None else limit)
+            if found.status in DONE or limit is not None:
+                break
+        return self._outcome(found, limit, propagate)
+
+    def _outcome(self, found: StoredResult, limit: float | None, propagate: bool) -> Any:
+        if found.status == "SUCCESS":
+            return found.result
+        if found.status == "FAILURE":
+            if propagate:
+                raise TaskFailed(self.task.name, int(self), found.error)
+            return found.error
+        raise TimeoutError(f"task {self.task.name}: message {int(self)} has no result after"
+                           f" {limit:g}s (not finished yet, or its result expired)")
 
 
 def _not_json(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
@@ -618,6 +752,8 @@ def task(
     create: bool = ...,
     max_running: int | None = ...,
     rate_limit: float | None = ...,
+    store_result: bool = ...,
+    result_ttl: Seconds | None = ...,
     **settings: Any,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
@@ -638,6 +774,8 @@ def task(
     create: bool = False,
     max_running: int | None = None,
     rate_limit: float | None = None,
+    store_result: bool = False,
+    result_ttl: Seconds | None = None,
     **settings: Any,
 ) -> Task | Callable[[Callable[..., Any]], Task]:
     """``@task`` or ``@task(queue="emails", retries=5, timeout=60, bind=True)``: a Task.
@@ -647,7 +785,8 @@ def task(
     (``tz="Europe/Paris"``) makes it periodic; ``create=True`` or
     queue settings (``visibility_timeout=60``, ``dead_letter_queue="emails-dlq"``, ...) create
     its queue when a worker starts or the first enqueue finds it missing; ``max_running=2``,
-    ``rate_limit=10``: limits the database enforces across workers.
+    ``rate_limit=10``: limits the database enforces across workers; ``store_result=True``
+    (``result_ttl=3600``): keep each run's result, read with ``task.delay(...).get(timeout=10)``.
     """
 
     def wrap(f: Callable[..., Any]) -> Task:
@@ -655,6 +794,6 @@ def task(
                     retries=retries, timeout=timeout, backoff=backoff, bind=bind,
                     registry=registry, schedule=schedule, tz=tz,
                     create=create or queue is None, settings=settings, max_running=max_running,
-                    rate_limit=rate_limit)
+                    rate_limit=rate_limit, store_result=store_result, result_ttl=result_ttl)
 
     return wrap(func) if func is not None else wrap

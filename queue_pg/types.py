@@ -25,6 +25,7 @@ __all__ = [
     "RedriveAllow",
     "RedriveTask",
     "Seconds",
+    "StoredResult",
     "UndecodableBody",
     "flag",
     "integer",
@@ -174,6 +175,19 @@ class QueueStats:
     stale_receipts: int
     lease_expiries: int
     approximate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A task's result as ``queue_pg.task_result`` reads it: ``status`` is "SUCCESS"
+    (``result``: the return value), "FAILURE" (``error``: why), "RETRY" (failed, waiting for
+    its next attempt) or "PENDING" (none of these, or expired)."""
+
+    status: str
+    result: JSON
+    error: str | None
+    done_at: datetime | None
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

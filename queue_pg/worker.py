@@ -303,18 +303,19 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _handle(self, job: Job) -> None:
         exc: BaseException | None = None
+        value: Any = None
         at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
             if task is not None:
                 if task.timeout is None:
-                    task.run_sync(job, args, kwargs)
+                    value = task.run_sync(job, args, kwargs)
                 else:
                     job.deadline = job.started + task.timeout
                     job.thread = threading.get_ident()
                     self._beat_wake.set()
                     try:
-                        task.run_sync(job, args, kwargs)
+                        value = task.run_sync(job, args, kwargs)
                     finally:  # a soft limit raised up to here lands in `except` below
                         _disarm(job)
             else:
@@ -331,7 +332,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
                            " attempt failed)", job.describe(),
                            monotonic() - (job.deadline or job.started))
             return
-        plan = settle(job, exc, self.settings.backoff_for(job), self._acks)
+        plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
         self.stats.add(run_plan(self.client, plan))
 
     def _time_out(self, job: Job) -> None:

@@ -165,7 +165,7 @@ BEGIN
                    WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged', 'azure_put') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
-                                      'azure_update',
+                                      'azure_update', 'complete_task', 'fail_task',
                                       'message_groups', 'message_details',
                                       -- consumers that can be seen to die (34_consumers.sql)
                                       'register_consumer', 'reap_consumers', 'consumer_heartbeat')
@@ -187,6 +187,8 @@ BEGIN
                                       'start_redrive', 'list_redrives', 'cancel_redrive', 'redrive_step',
                                       'redrive_message', 'cancel_message',
                                       'set_redrive_allow', 'redrive_allow',
+                                      -- task results: send or receive decides (54_task_results.sql)
+                                      'task_result', 'task_result_channel',
                                       -- the dashboard (59_dashboard.sql)
                                       'queue_history', 'queue_throughput', 'workers',
                                       -- SQS queue tags (59_sqs.sql)
