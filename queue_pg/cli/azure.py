@@ -4,11 +4,10 @@ account keys."""
 from __future__ import annotations
 
 import click
-import psycopg
 
+from queue_pg.cli.endpoints import key_row, serve
 from queue_pg.cli.state import State, fail, pass_state
 from queue_pg.display import out, shown
-from queue_pg.errors import translate
 
 __all__ = ["azure"]
 
@@ -36,17 +35,12 @@ def azure(ctx: click.Context, host: str, port: int, account: str | None, no_auth
     if ctx.invoked_subcommand is not None:
         return
     try:
-        import uvicorn
-
         from queue_pg.azure import create_app
     except ImportError as exc:
         fail(f"{exc}: pip install 'queue-pg[azure]'")
-    state: State = ctx.find_object(State)  # type: ignore[assignment]
-    psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails here, once
-    app = create_app(state.dsn, auth=not no_auth, pool_size=pool_size, account=account)
-    out().print(f"Azure Queue endpoint on http://{shown(host)}:{port}/{shown(account or 'ACCOUNT')}"
-                + (" [red](no authentication)[/red]" if no_auth else ""))
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve(ctx, "azure", lambda dsn: create_app(dsn, auth=not no_auth, pool_size=pool_size,
+                                               account=account),
+          f"Azure Queue endpoint (account {shown(account or 'ACCOUNT')})", host, port, no_auth)
 
 
 @azure.group()
@@ -61,9 +55,7 @@ def key() -> None:
 @pass_state
 def create_key(state: State, role: str, account: str | None) -> None:
     """A new key for ROLE: prints the account name and its base64 key (shown only now)."""
-    with psycopg.connect(state.dsn, autocommit=True) as conn, translate():
-        row = conn.execute("SELECT * FROM queue_pg.azure_create_key(%s, %s)",
-                           [role, account]).fetchone()
+    row = key_row(state, "SELECT * FROM queue_pg.azure_create_key(%s, %s)", [role, account])
     assert row is not None
     out().print(f"AccountName {row[0]}\nAccountKey  {row[1]}", markup=False, highlight=False)
 
@@ -73,8 +65,7 @@ def create_key(state: State, role: str, account: str | None) -> None:
 @pass_state
 def revoke_key(state: State, account: str) -> None:
     """Revoke an account's key: its next request is refused."""
-    with psycopg.connect(state.dsn, autocommit=True) as conn, translate():
-        row = conn.execute("SELECT queue_pg.azure_revoke_key(%s)", [account]).fetchone()
+    row = key_row(state, "SELECT queue_pg.azure_revoke_key(%s)", [account])
     if not (row and row[0]):
         fail(f"no live key for account {account}")
     out().print(f"revoked {shown(account)}")

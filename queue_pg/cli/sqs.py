@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import click
-import psycopg
 
+from queue_pg.cli.endpoints import key_row, serve
 from queue_pg.cli.state import State, fail, pass_state
 from queue_pg.display import out, shown
-from queue_pg.errors import translate
 
 __all__ = ["sqs"]
 
@@ -34,17 +33,12 @@ def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int,
     if ctx.invoked_subcommand is not None:
         return
     try:
-        import uvicorn
-
         from queue_pg.sqs import create_app
     except ImportError as exc:
         fail(f"{exc}: pip install 'queue-pg[sqs]'")
-    state: State = ctx.find_object(State)  # type: ignore[assignment]
-    psycopg.connect(state.dsn, connect_timeout=10).close()  # a bad DSN fails here, once
-    app = create_app(state.dsn, auth=not no_auth, pool_size=pool_size, region=region)
-    out().print(f"SQS endpoint on http://{shown(host)}:{port}"
-                + (" [red](no authentication)[/red]" if no_auth else ""))
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve(ctx, "sqs", lambda dsn: create_app(dsn, auth=not no_auth, pool_size=pool_size,
+                                             region=region),
+          "SQS endpoint", host, port, no_auth)
 
 
 @sqs.group()
@@ -57,8 +51,7 @@ def key() -> None:
 @pass_state
 def create_key(state: State, role: str) -> None:
     """A new key for ROLE: prints the access key id and the secret (shown only now)."""
-    with psycopg.connect(state.dsn, autocommit=True) as conn, translate():
-        row = conn.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role]).fetchone()
+    row = key_row(state, "SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
     assert row is not None
     out().print(f"aws_access_key_id     {row[0]}\naws_secret_access_key {row[1]}")
 
@@ -68,8 +61,7 @@ def create_key(state: State, role: str) -> None:
 @pass_state
 def revoke_key(state: State, access_key: str) -> None:
     """Revoke a key: its next request is refused."""
-    with psycopg.connect(state.dsn, autocommit=True) as conn, translate():
-        row = conn.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access_key]).fetchone()
+    row = key_row(state, "SELECT queue_pg.sqs_revoke_key(%s)", [access_key])
     if not (row and row[0]):
         fail(f"no live key {access_key}")
     out().print(f"revoked {shown(access_key)}")
