@@ -228,6 +228,17 @@ BEGIN
     RETURN cnt;
 END $$;
 
+-- The queue a move sends into (NULL: each message's source): moving messages into a queue is
+-- sending to it, so it needs `send`. One rule for redrive and redrive_message.
+CREATE OR REPLACE FUNCTION queue_pg._move_target(dest text) RETURNS queue_pg.queues
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF dest IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN queue_pg._queue(dest, 'send');
+END $$;
+
 -- SQS StartMessageMoveTask, synchronous: dead-lettered messages go back to the queue each came
 -- from (or `to`), as if new: receive count reset, visible now. start_redrive (57_redrive.sql)
 -- does it as a task, at a rate. Needs manage on dlq and send on `to`; without `to`, messages
@@ -237,12 +248,9 @@ RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     d queue_pg.queues := queue_pg._queue(dlq, 'manage');
-    target queue_pg.queues;
+    target queue_pg.queues := queue_pg._move_target("to");
     at timestamptz := queue_pg._now();
 BEGIN
-    IF "to" IS NOT NULL THEN  -- moving messages into a queue is sending to it
-        target := queue_pg._queue("to", 'send');
-    END IF;
     IF "limit" IS NOT NULL THEN
         PERFORM queue_pg._check('limit', "limit", 1, 2147483647, 'messages');
     END IF;
@@ -257,12 +265,9 @@ RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     d queue_pg.queues := queue_pg._queue(dlq, 'manage');
-    target queue_pg.queues;
+    target queue_pg.queues := queue_pg._move_target("to");
     at timestamptz := queue_pg._now();
 BEGIN
-    IF "to" IS NOT NULL THEN  -- moving messages into a queue is sending to it
-        target := queue_pg._queue("to", 'send');
-    END IF;
     IF id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
     END IF;
