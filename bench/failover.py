@@ -90,7 +90,7 @@ def run_scenario(cluster: Cluster, *, steady: float = 4.0, after: float = 6.0,
     """Traffic through a failover (and a switchover back); every record of it."""
     from queue_pg import Client, StaleReceipt, Worker
     from queue_pg.install import migrate
-    from queue_pg.worker import Job
+    from queue_pg.jobs.worker import Job
 
     dsn = cluster.dsn()
     migrate(dsn)

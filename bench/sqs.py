@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             machine = machine_info(conn)
             row = conn.execute("SELECT * FROM queue_pg.sqs_create_key(current_user)").fetchone()
         assert row is not None
-        with _serve(["-c", "from queue_pg.cli import main; main()", "--dsn", dsn, "sqs",
+        with _serve(["-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn, "sqs",
                      "--port"]) as url:
             log(f"boto3 through the endpoint, {n} messages a phase...")
             through = _boto3(url, (row[0], row[1]), n)

@@ -57,7 +57,7 @@ import queue_pg
 from bench import Scenario, db
 from bench.report import DEFAULT_OUT, machine_info, machine_line, markdown_table, write_results
 from queue_pg.install import migrate
-from queue_pg.pulse import REAP_INTERVAL
+from queue_pg.jobs.pulse import REAP_INTERVAL
 
 __all__ = ["SCENARIO", "Workload", "run", "run_setup"]
 
@@ -107,7 +107,7 @@ class Workload:
     rate: float  #: messages sent per second
     history: int  #: finished messages of yesterday the advice starts from
     seed: int = 1
-    #: consumers register as Workers do (queue_pg.pulse): a crashed one's leases end once a
+    #: consumers register as Workers do (queue_pg.jobs.pulse): a crashed one's leases end once a
     #: reap finds its session gone for the grace period, instead of when they lapse
     detect_crashes: bool = True
     medium_share: float = 0.0  #: share of messages of type "medium" (a third type; 0: none)

@@ -40,7 +40,7 @@ def _round(dsn: str, jobs: int, concurrency: int) -> tuple[float, float]:
     import bench.worker_apps.qpg  # noqa: F401  (registers the task)
     from bench.worker_systems import QueuePgSystem
     from queue_pg import Client, Worker
-    from queue_pg.tasks import registry
+    from queue_pg.jobs.tasks import registry
 
     QueuePgSystem(dsn).fill(jobs)
     with Client(dsn, sweep_interval=None, min_size=1, max_size=concurrency + 3) as client:

@@ -106,7 +106,7 @@ class QueuePgSystem(System):
 
     def sender(self) -> tuple[Callable[[float], None], Callable[[], None]]:
         from queue_pg import Client
-        from queue_pg.tasks import Registry, Task
+        from queue_pg.jobs.tasks import Registry, Task
 
         client = Client(self.target, min_size=1, max_size=1, sweep_interval=None)
         task = Task(lambda **kw: None, queue=QUEUE, name=TASK, registry=Registry())
@@ -116,7 +116,7 @@ class QueuePgSystem(System):
         return send, client.close
 
     def commands(self, processes: int, concurrency: int) -> list[list[str]]:
-        return [[sys.executable, "-m", "queue_pg.worker_cli", "bench.worker_apps.qpg",
+        return [[sys.executable, "-m", "queue_pg.jobs.worker_cli", "bench.worker_apps.qpg",
                  "-c", str(concurrency), "-p", str(processes), "--dsn", self.target,
                  "--log-level", "WARNING"]]
 

@@ -12,8 +12,6 @@ from typing import Any
 
 from queue_pg import plain as _plain
 from queue_pg.aio import AsyncClient
-from queue_pg.aio_worker import AsyncWorker
-from queue_pg.backoff import Backoff
 from queue_pg.client import Client
 from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
@@ -39,9 +37,12 @@ from queue_pg.errors import (
     ServerUnavailable,
     StaleReceipt,
 )
-from queue_pg.jobs import AsyncJob, Job, LeaseLost, Reject, current_job
-from queue_pg.tasks import TaskFailed, TaskResult
-from queue_pg.tasks import task as task
+from queue_pg.jobs.aio_worker import AsyncWorker
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.job import AsyncJob, Job, LeaseLost, Reject, current_job
+from queue_pg.jobs.tasks import TaskFailed, TaskResult
+from queue_pg.jobs.tasks import task as task
+from queue_pg.jobs.worker import Worker
 from queue_pg.types import (
     DeleteResult,
     Grant,
@@ -56,7 +57,6 @@ from queue_pg.types import (
     StoredResult,
     UndecodableBody,
 )
-from queue_pg.worker import Worker
 
 try:  # the version lives in pyproject.toml only
     __version__ = _metadata.version("queue-pg")

@@ -18,8 +18,9 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from queue_pg import _ops, _sqla, advice, periodic
+from queue_pg import _ops, _sqla, advice
 from queue_pg.aio_base import AsyncClientBase, AsyncConnection, execute
+from queue_pg.jobs import periodic
 from queue_pg.types import (
     JSON,
     DeleteResult,
@@ -616,7 +617,7 @@ class AsyncClient(AsyncClientBase):
         """
         return await self._run(advice.split(queue, apply=apply), conn)
 
-    # --- periodic tasks (queue_pg.periodic, sql/api/52_periodic.sql) ----------------------------
+    # --- periodic tasks (queue_pg.jobs.periodic, sql/api/52_periodic.sql) -------------------------
 
     async def set_schedule(
         self, name: str, queue: str, cron: str, body: JSON, *, tz: str = "UTC",

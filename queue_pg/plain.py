@@ -5,7 +5,7 @@ A queue name, a message type, a dead-letter reason, an error or a body can hold 
 characters, or Unicode's bidirectional overrides (text that reads differently from what it is).
 :func:`plain` writes each of them as a visible escape, so every terminal, log line and table
 shows the string as the characters it holds. Rich and Textual also read ``[...]`` as markup:
-:func:`queue_pg.display.text` wraps the result in a ``Text``, which is never parsed.
+:func:`queue_pg.ops.display.text` wraps the result in a ``Text``, which is never parsed.
 
 :class:`PlainLogs` is the same rule for log records: ``queue_pg``'s loggers carry it, so a task
 name, reason or error a message brought is logged escaped.

@@ -25,10 +25,10 @@ from queue_pg import (
     InvalidParameter,
     InvalidReceipt,
     QueueNotFound,
-    cli,
 )
 from queue_pg.errors import translate
 from queue_pg.install import head_revision, migrate
+from queue_pg.ops import cli
 
 GROUPS = ("queue_pg_admin", "queue_pg_producer", "queue_pg_consumer")
 ADMIN, PRODUCER, CONSUMER = GROUPS

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from psycopg import sql as psql
 
 import queue_pg
-from queue_pg import cli
 from queue_pg.advice import TimeoutAdvice
 from queue_pg.errors import AccessDenied, InvalidParameter, QueueAlreadyExists
+from queue_pg.ops import cli
 
 Conn = psycopg.Connection[Any]
 

@@ -507,7 +507,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     from bench.sqs_suite import free_port
 
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    cli_cmd = [sys.executable, "-c", "from queue_pg.cli import main; main()"]
+    cli_cmd = [sys.executable, "-c", "from queue_pg.ops.cli import main; main()"]
 
     def cli(*args: str) -> str:
         done = subprocess.run([*cli_cmd, "--dsn", clean, "azure", *args],

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner, Result
 from psycopg import conninfo
 
-from queue_pg import cli
-from queue_pg.cli import queues as queue_commands
 from queue_pg.client import Client
+from queue_pg.ops import cli
+from queue_pg.ops.cli import queues as queue_commands
 
 
 def run(dsn: str, *args: str, input: str | None = None, code: int = 0) -> Result:

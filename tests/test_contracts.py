@@ -17,10 +17,10 @@ import pytest
 
 import queue_pg
 from queue_pg import _ops, tables, types
-from queue_pg.cli import main
-from queue_pg.cli.params import SETTING_OPTIONS
-from queue_pg.display import settings_rows
 from queue_pg.errors import SQLSTATE_ERRORS, InvalidParameter, QueueError
+from queue_pg.ops.cli import main
+from queue_pg.ops.cli.params import SETTING_OPTIONS
+from queue_pg.ops.display import settings_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

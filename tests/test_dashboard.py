@@ -24,9 +24,9 @@ import psycopg
 import pytest
 
 from queue_pg import AccessDenied, Client, InvalidParameter, QueueNotFound
-from queue_pg.dashboard import Dashboard, Request, make_http_server
-from queue_pg.dashboard.adapters import WsgiApp
-from queue_pg.dashboard.core import BODY_CHARS
+from queue_pg.ops.dashboard import Dashboard, Request, make_http_server
+from queue_pg.ops.dashboard.adapters import WsgiApp
+from queue_pg.ops.dashboard.core import BODY_CHARS
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_a_role_sees_the_history_of_its_queues_only(
 
 
 class Http:
-    """A dashboard on a real port (queue_pg.dashboard.make_http_server), serving in a thread."""
+    """A dashboard on a real port (queue_pg.ops.dashboard.make_http_server), serving in a thread."""
 
     def __init__(self, board: Dashboard) -> None:
         self.board = board
@@ -410,7 +410,7 @@ django.setup()
 from django.urls import include, path
 from django.test import Client as Web
 from queue_pg.contrib.django.dashboard import dashboard_urls
-from queue_pg.dashboard import Dashboard
+from queue_pg.ops.dashboard import Dashboard
 board = Dashboard(sys.argv[1], actions=True, token="tok")
 urlpatterns = [path("queues/", include(dashboard_urls(board)))]
 web = Web(enforce_csrf_checks=True)
@@ -440,7 +440,7 @@ def test_cli_refuses_actions_without_a_token(clean: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "QUEUE_PG_DASHBOARD_TOKEN"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "dashboard", "--allow-actions", "--port", "0"],
         env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "needs a token" in done.stderr

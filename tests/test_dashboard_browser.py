@@ -41,7 +41,7 @@ if CHROMIUM is None or not os.access(CHROMIUM, os.X_OK):
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "browser-test-token"
 PASSWORD = "browser-test-password"
-CLI = [sys.executable, "-c", "from queue_pg.cli import main; main()"]
+CLI = [sys.executable, "-c", "from queue_pg.ops.cli import main; main()"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

@@ -31,10 +31,10 @@ import pytest
 from psycopg import sql as psql
 
 from queue_pg import AccessDenied, Client
-from queue_pg.dashboard import Dashboard, Request, make_http_server
-from queue_pg.dashboard.adapters import WsgiApp
-from queue_pg.dashboard.sessions import FAILED, NO_PASSWORD, PRIVILEGED, Sessions
 from queue_pg.install import migrate
+from queue_pg.ops.dashboard import Dashboard, Request, make_http_server
+from queue_pg.ops.dashboard.adapters import WsgiApp
+from queue_pg.ops.dashboard.sessions import FAILED, NO_PASSWORD, PRIVILEGED, Sessions
 from tests.conftest import new_database
 from tests.procs import ended
 from tests.test_access import CONSUMER, MakeRole, Role, make_role  # noqa: F401
@@ -453,7 +453,7 @@ def test_cli_login_mode_needs_no_token(clean: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "QUEUE_PG_DASHBOARD_TOKEN"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "dashboard", "--login", "--allow-actions", "--port", "0"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with ended(proc):

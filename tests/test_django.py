@@ -22,7 +22,7 @@ import pytest
 
 import queue_pg
 from queue_pg.install import current_revision, head_revision, migrate
-from queue_pg.tasks import registry
+from queue_pg.jobs.tasks import registry
 from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]

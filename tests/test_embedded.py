@@ -57,8 +57,8 @@ def test_server_commands_show_start_stop_and_open_it(
 ) -> None:
     from click.testing import CliRunner
 
-    from queue_pg.cli import main
     from queue_pg.embedded import stop_server
+    from queue_pg.ops.cli import main
 
     folder = Path(tempfile.mkdtemp(prefix="queue_pg_server_"))
     pgdata = folder / "pgdata"

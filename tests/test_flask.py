@@ -26,7 +26,7 @@ from flask import Flask
 import queue_pg
 from queue_pg.contrib.flask import QueuePG
 from queue_pg.install import current_revision, head_revision
-from queue_pg.tasks import registry
+from queue_pg.jobs.tasks import registry
 from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,7 +38,7 @@ def env() -> dict[str, str]:
 def cli(dsn: str, *args: str) -> str:
     """stdout and stderr of a real ``queue-pg`` process."""
     done = subprocess.run(
-        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", dsn, *args],
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn, *args],
         env=env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
@@ -82,7 +82,7 @@ def test_the_cli_shows_hostile_strings_escaped(client: Client, clean: str) -> No
 
 def test_an_error_quoting_a_hostile_value_is_escaped(clean: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "peek", "no\x1b]0;pwned\x07queue"],
         env=env(), capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
@@ -107,7 +107,7 @@ def test_worker_logs_show_hostile_task_names_and_reasons_escaped(
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "queue_pg.worker_cli", "worker_app", "--queue", "wq"],
+            [sys.executable, "-m", "queue_pg.jobs.worker_cli", "worker_app", "--queue", "wq"],
             env={**env(), "QUEUE_PG_DSN": clean,
                  "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])},
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

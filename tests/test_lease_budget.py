@@ -16,8 +16,8 @@ import pytest
 
 import queue_pg
 from queue_pg.errors import InvalidParameter, LeaseLimitExceeded
-from queue_pg.jobs import MAX_LEASE, Job
-from queue_pg.worker import Worker
+from queue_pg.jobs.job import MAX_LEASE, Job
+from queue_pg.jobs.worker import Worker
 from tests.test_advice import add_history
 
 Conn = psycopg.Connection[Any]

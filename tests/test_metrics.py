@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import conninfo
 
 from queue_pg import Client
-from queue_pg.metrics import QueueCollector, asgi_app, registry, serve, wsgi_app
+from queue_pg.ops.metrics import QueueCollector, asgi_app, registry, serve, wsgi_app
 from tests.procs import ended
 from tests.surface_load import running_load
 from tests.test_access import CONSUMER, MakeRole, make_role  # noqa: F401
@@ -270,7 +270,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", clean,
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "metrics", "--port", str(port)],
         env=env, stderr=subprocess.PIPE, text=True)
     with ended(proc, signal.SIGINT):  # Ctrl-C; killed if that does not end it

@@ -18,8 +18,8 @@ import pytest
 
 import queue_pg
 from queue_pg.errors import InvalidSchedule
-from queue_pg.periodic import periodic
-from queue_pg.tasks import Registry, Task
+from queue_pg.jobs.periodic import periodic
+from queue_pg.jobs.tasks import Registry, Task
 from tests.procs import stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ def test_four_worker_processes_fire_each_tick_once(clean: str,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     log = (Path(os.environ.get("TMPDIR", "/tmp")) / f"periodic_{os.getpid()}.log").open("w+b")
     sup = subprocess.Popen(
-        [sys.executable, "-m", "queue_pg.worker_cli", "periodic_app.ticks", "--processes", "4",
+        [sys.executable, "-m", "queue_pg.jobs.worker_cli", "periodic_app.ticks", "--processes", "4",
          "--concurrency", "2", "--wait", "1", "--grace-period", "10"],
         env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -264,7 +264,7 @@ def test_a_killed_workers_leases_end_after_the_grace(pooled: Pooled, tmp_path: P
         log = tmp_path / "worker.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "queue_pg.worker_cli", "worker_app", "--queue", "wq"],
+                [sys.executable, "-m", "queue_pg.jobs.worker_cli", "worker_app", "--queue", "wq"],
                 env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             worker_app.slow.send(("k", 60.0), client=owner)

@@ -11,10 +11,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from queue_pg import Client, ReadOnlyServer, ServerUnavailable, cli
+from queue_pg import Client, ReadOnlyServer, ServerUnavailable
 from queue_pg.aio import AsyncClient
-from queue_pg.dashboard import Dashboard, Request
 from queue_pg.install import migrate
+from queue_pg.ops import cli
+from queue_pg.ops.dashboard import Dashboard, Request
 from tests import standby
 
 pytestmark = pytest.mark.timeout(300)
@@ -101,7 +102,7 @@ def test_cli_stats_reads_the_standby_and_send_fails_clearly(pair: standby.Pair) 
 
 def test_metrics_on_the_standby_give_the_replay_age(pair: standby.Pair) -> None:
     pytest.importorskip("prometheus_client")
-    from queue_pg.metrics import registry
+    from queue_pg.ops.metrics import registry
 
     with Client(pair.standby, sweep_interval=None) as c:
         families = {m.name: m for m in registry(c).collect()}
@@ -125,7 +126,7 @@ def test_dashboard_overview_on_the_standby_says_how_stale(pair: standby.Pair) ->
 
 async def test_top_on_the_standby_says_how_stale(pair: standby.Pair) -> None:
     pytest.importorskip("textual")
-    from queue_pg.top import TopApp
+    from queue_pg.ops.top import TopApp
 
     async with AsyncClient(pair.standby, sweep_interval=None, max_size=2) as client:
         app = TopApp(client, interval=0.5)

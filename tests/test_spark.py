@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_import_queue_pg_does_not_import_spark() -> None:
-    code = "import sys, queue_pg, queue_pg.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyarrow', 'pandas', 'py4j', 'queue_pg.spark')))"
+    code = "import sys, queue_pg, queue_pg.ops.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyarrow', 'pandas', 'py4j', 'queue_pg.spark')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -404,7 +404,7 @@ def test_the_advise_command_writes_its_files_and_applies(
 ) -> None:
     from click.testing import CliRunner
 
-    from queue_pg.cli import main
+    from queue_pg.ops.cli import main
 
     out = tmp_path / "advice"
     result = CliRunner().invoke(main, ["--dsn", known_history, "spark", "advise", "--since", "3h",

@@ -15,7 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import queue_pg
 from queue_pg.install import make_engine
-from queue_pg.tasks import Registry, Task
+from queue_pg.jobs.tasks import Registry, Task
 
 Q = "sqla"
 

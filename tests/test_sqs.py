@@ -555,7 +555,7 @@ def test_cli_serves_and_manages_keys(clean: str) -> None:
     import sys
 
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    CLI = [sys.executable, "-c", "from queue_pg.cli import main; main()"]
+    CLI = [sys.executable, "-c", "from queue_pg.ops.cli import main; main()"]
 
     def cli(*args: str) -> str:
         done = subprocess.run([*CLI, "--dsn", clean, "sqs", *args],

@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 from click.testing import CliRunner
 
-from queue_pg import Client, cli
+from queue_pg import Client
+from queue_pg.ops import cli
 from tests.test_bulk import send_chunk
 
 N = 20_000

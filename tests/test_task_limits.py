@@ -21,10 +21,10 @@ import worker_app
 
 import queue_pg
 import queue_pg.errors
-from queue_pg.backoff import Backoff
-from queue_pg.declare import limited_queue
 from queue_pg.errors import InvalidParameter
-from queue_pg.tasks import Registry, Task
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.declare import limited_queue
+from queue_pg.jobs.tasks import Registry, Task
 
 
 def wait_for(what: str, cond: object, timeout: float = 30.0) -> None:
@@ -207,7 +207,7 @@ def spawn(app: Any, module: str, queue: str, concurrency: int) -> Any:
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     with log.open("wb") as out:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "queue_pg.worker_cli", module, "--queue", queue,
+            [sys.executable, "-m", "queue_pg.jobs.worker_cli", module, "--queue", queue,
              "--concurrency", str(concurrency)],
             env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return Proc(popen, log)

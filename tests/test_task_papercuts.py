@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import queue_pg
-from queue_pg import cli
-from queue_pg.tasks import Registry
+from queue_pg.jobs.tasks import Registry
+from queue_pg.ops import cli
 from tests.test_access import MakeRole, make_role  # noqa: F401
 
 

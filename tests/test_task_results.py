@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 import queue_pg
-from queue_pg.backoff import Backoff
-from queue_pg.tasks import Registry, TaskFailed
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.tasks import Registry, TaskFailed
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 from tests.test_task_failures import dead_letters, run_worker
 
@@ -165,7 +165,7 @@ def test_get_wakes_on_the_workers_notify(client: queue_pg.Client) -> None:
         r = w.send(client=client)
         got: list[Any] = []
 
-        def wait(r: queue_pg.tasks.TaskResult = r, got: list[Any] = got) -> None:
+        def wait(r: queue_pg.jobs.tasks.TaskResult = r, got: list[Any] = got) -> None:
             got.append((r.get(timeout=30), time.monotonic()))
 
         waiter = threading.Thread(target=wait)

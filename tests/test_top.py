@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Static
 
 from queue_pg import Client
 from queue_pg.aio import AsyncClient
-from queue_pg.top import COLUMNS, WIDE, TopApp
+from queue_pg.ops.top import COLUMNS, WIDE, TopApp
 from tests.surface_load import running_load
 
 QUEUES = ("orders", "emails")

@@ -1,6 +1,6 @@
 """The worker runtime against a real server, with real processes and real signals.
 
-Worker processes are ``python -m queue_pg.worker_cli worker_app`` (tasks in tests/worker_app.py,
+Worker processes are ``python -m queue_pg.jobs.worker_cli worker_app`` (tasks in tests/worker_app.py,
 which log every start, chunk and finish to the table ``worker_runs``), so what a killed process
 did is still visible. Leases are sub-second to keep the suite fast.
 """
@@ -28,11 +28,11 @@ import worker_app
 from psycopg.rows import dict_row
 
 import queue_pg
-from queue_pg.aio_worker import AsyncWorker
-from queue_pg.backoff import Backoff
-from queue_pg.jobs import MAX_LEASE, AsyncJob, Job, LeaseLost, Reject, TaskTimeout
-from queue_pg.tasks import Registry
-from queue_pg.worker import Worker
+from queue_pg.jobs.aio_worker import AsyncWorker
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.job import MAX_LEASE, AsyncJob, Job, LeaseLost, Reject, TaskTimeout
+from queue_pg.jobs.tasks import Registry
+from queue_pg.jobs.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = worker_app.QUEUE
@@ -105,7 +105,7 @@ class App:
                "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "queue_pg.worker_cli", "worker_app", "--queue", Q,
+                [sys.executable, "-m", "queue_pg.jobs.worker_cli", "worker_app", "--queue", Q,
                  "--concurrency", str(concurrency), *options],
                 env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
@@ -132,7 +132,7 @@ class App:
 
 def deleted(app: App) -> None:
     """Wait for the deletes of finished jobs: a worker makes them in batches, a few ms later
-    (with its next receive, or its flush; see queue_pg.acks)."""
+    (with its next receive, or its flush; see queue_pg.jobs.acks)."""
     wait_until("finished jobs deleted", lambda: app.client.stats(Q).in_flight == 0)
 
 
@@ -275,7 +275,7 @@ def test_unknown_task_and_bad_arguments_are_not_retried(app: App) -> None:
     assert all(r.startswith("task 'noop': arguments do not fit noop(") for r in reasons[1:3])
     assert reasons[3].startswith("not a task message")
     for i in ids:
-        assert dead[i].attributes["error"]["type"] == "queue_pg.jobs.Reject"
+        assert dead[i].attributes["error"]["type"] == "queue_pg.jobs.job.Reject"
         assert dead[i].attributes["error"]["message"] == dead[i].attributes["dead_letter_reason"]
     assert dead[ids[0]].body == {"task": "no_such_task", "args": [], "kwargs": {}}
     log = w.logs()
@@ -744,7 +744,7 @@ def test_raw_messages_record_errors_in_attributes_and_reject_dead_letters(
     assert dead.id == poison and dead.body == {"kind": "poison"} and dead.receive_count == 1
     assert dead.attributes is not None
     assert dead.attributes["dead_letter_reason"] == "cannot ever parse this"
-    assert dead.attributes["error"]["type"] == "queue_pg.jobs.Reject"
+    assert dead.attributes["error"]["type"] == "queue_pg.jobs.job.Reject"
     stats = client.stats("r")
     assert (stats.visible, stats.in_flight, stats.lease_expiries) == (0, 0, 0)
 
@@ -869,7 +869,7 @@ def test_a_running_worker_follows_the_queues_visibility_timeout(
 ) -> None:
     """Leases come from the queue's visibility_timeout, read again every LEASE_REFRESH: an
     alter_queue reaches a running worker without a restart."""
-    from queue_pg.worker_loop import LEASE_REFRESH
+    from queue_pg.jobs.worker_loop import LEASE_REFRESH
 
     client.create_queue("vt", visibility_timeout=30)
     leases: list[float] = []

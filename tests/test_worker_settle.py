@@ -1,4 +1,4 @@
-"""How both workers settle finished jobs in batches (queue_pg.acks), against a real server and
+"""How both workers settle finished jobs in batches (queue_pg.jobs.acks), against a real server and
 real processes: a lapsed lease is still reported for its own job, the flush deletes the tail,
 a crash between finish and delete runs the job again, and worker processes racing on one queue
 delete each message exactly once (counted from the history)."""
@@ -23,10 +23,10 @@ import pytest
 from test_worker import ROOT, App, Q, app, wait_until  # noqa: F401  (app: the fixture)
 
 import queue_pg
-from queue_pg import worker_loop
-from queue_pg.aio_worker import AsyncWorker
-from queue_pg.worker import Worker
-from queue_pg.worker_loop import WorkerStats
+from queue_pg.jobs import worker_loop
+from queue_pg.jobs.aio_worker import AsyncWorker
+from queue_pg.jobs.worker import Worker
+from queue_pg.jobs.worker_loop import WorkerStats
 
 KINDS = ["threads", "asyncio"]
 
@@ -170,7 +170,7 @@ def test_the_flush_deletes_a_job_that_finished_during_a_long_poll(
 CHILD = """
 import os, signal, sys
 import queue_pg
-from queue_pg import acks
+from queue_pg.jobs import acks
 
 add = acks.Acks.add
 

@@ -1,4 +1,4 @@
-"""Tasks for the worker tests: their subprocesses run ``python -m queue_pg.worker_cli worker_app``.
+"""Tasks for the worker tests: their subprocesses run ``python -m queue_pg.jobs.worker_cli worker_app``.
 
 Every task writes what it does to the table ``worker_runs`` of ``$QUEUE_PG_DSN`` (one row per
 event, with the worker's pid and the attempt), so a test can see runs of processes it killed.
@@ -14,7 +14,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from queue_pg import task
-from queue_pg.worker import Backoff, Job
+from queue_pg.jobs.worker import Backoff, Job
 
 QUEUE = "wq"
 

@@ -28,7 +28,7 @@ import queue_pg
 from queue_pg.contrib.flask import QueuePG
 from queue_pg.dsn import sqlalchemy_url
 from queue_pg.embedded import app_dsn
-from queue_pg.tasks import registry
+from queue_pg.jobs.tasks import registry
 
 
 class Base(DeclarativeBase):

@@ -1,6 +1,6 @@
 """What the Django and Flask integrations share: queues from settings, libpq DSNs from
 connection parameters, and the worker command's options and launch (those of ``queue-pg worker``,
-so defaults and ranges are written once, in :mod:`queue_pg.worker_cli`)."""
+so defaults and ranges are written once, in :mod:`queue_pg.jobs.worker_cli`)."""
 
 from __future__ import annotations
 
@@ -59,14 +59,14 @@ def ensure_queues(
 
 def worker_options() -> list[click.Parameter]:
     """The options of ``queue-pg worker`` but MODULES and --dsn (the framework knows both)."""
-    from queue_pg.worker_cli import worker_command
+    from queue_pg.jobs.worker_cli import worker_command
 
     return [p for p in worker_command.params if p.name not in _OWN]
 
 
 def worker_defaults() -> dict[str, Any]:
     """Each option's default value, as ``queue-pg worker`` would receive it."""
-    from queue_pg.worker_cli import worker_command
+    from queue_pg.jobs.worker_cli import worker_command
 
     ctx = worker_command.make_context("worker", ["-"], resilient_parsing=True)
     return {k: v for k, v in ctx.params.items() if k not in _OWN}
@@ -77,11 +77,11 @@ def run_worker_from_options(
 ) -> None:
     """Run workers as ``queue-pg worker`` does, given its parsed options; ``modules`` are
     imported first in every worker process (a framework's set-up module, then the tasks)."""
-    from queue_pg.processes import Supervisor as _Supervisor
-    from queue_pg.processes import WorkerConfig, run_worker
-    from queue_pg.processes import import_tasks as _import
-    from queue_pg.processes import setup_logging as _setup_logging
-    from queue_pg.tasks import registry
+    from queue_pg.jobs.processes import Supervisor as _Supervisor
+    from queue_pg.jobs.processes import WorkerConfig, run_worker
+    from queue_pg.jobs.processes import import_tasks as _import
+    from queue_pg.jobs.processes import setup_logging as _setup_logging
+    from queue_pg.jobs.tasks import registry
 
     opts = dict(options)
     processes = int(opts.pop("processes"))

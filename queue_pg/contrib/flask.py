@@ -37,7 +37,7 @@ from flask.cli import AppGroup, ScriptInfo, with_appcontext
 from queue_pg.client import Client
 from queue_pg.contrib._common import ensure_queues, run_worker_from_options, worker_options
 from queue_pg.errors import QueueError
-from queue_pg.tasks import Task, registry
+from queue_pg.jobs.tasks import Task, registry
 from queue_pg.types import JSON
 
 if TYPE_CHECKING:  # queue_pg.install brings Alembic: not in every worker process

@@ -164,7 +164,7 @@ def steady_consumer(dsn: str, queue: str, seed: int, folder: str, seconds: float
 def worker_consumer(dsn: str, queue: str, folder: str) -> None:
     """A queue_pg.Worker whose handler logs each message; runs until SIGTERM."""
     from queue_pg import Worker
-    from queue_pg.worker import Job
+    from queue_pg.jobs.worker import Job
 
     log = EventLog(Path(folder) / "worker.jsonl")
     log_to(Path(folder) / "worker.log")

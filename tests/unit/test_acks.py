@@ -1,4 +1,4 @@
-"""The batched deletes of finished jobs (queue_pg.acks), the calls answered here: when a batch
+"""The batched deletes of finished jobs (queue_pg.jobs.acks), the calls answered here: when a batch
 is due, how it is cut, what a refused or failed delete does. No database, no client."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from queue_pg import acks
-from queue_pg.acks import Acks
-from queue_pg.jobs import BaseJob
-from queue_pg.plans import Outcome
+from queue_pg.jobs import acks
+from queue_pg.jobs.acks import Acks
+from queue_pg.jobs.job import BaseJob
+from queue_pg.jobs.plans import Outcome
 from queue_pg.types import DeleteResult, Message
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

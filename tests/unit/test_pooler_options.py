@@ -9,7 +9,7 @@ import pytest
 
 from queue_pg.dsn import pooler_of, split_option
 from queue_pg.errors import InvalidParameter
-from queue_pg.pulse import Pulse
+from queue_pg.jobs.pulse import Pulse
 
 
 @pytest.mark.parametrize(("dsn", "rest", "value"), [

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from queue_pg.backoff import Backoff
 from queue_pg.errors import InvalidParameter, LeaseLimitExceeded, NoDeadLetterQueue, StaleReceipt
-from queue_pg.jobs import LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
-from queue_pg.plans import ClientCall, Outcome, Plan
-from queue_pg.settle import Action, Beat, beat, decide, release, settle
+from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.job import LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
+from queue_pg.jobs.plans import ClientCall, Outcome, Plan
+from queue_pg.jobs.settle import Action, Beat, beat, decide, release, settle
 from queue_pg.types import Message
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

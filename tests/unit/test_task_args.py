@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from queue_pg.tasks import Registry, Task, _quick_fit
+from queue_pg.jobs.tasks import Registry, Task, _quick_fit
 
 
 def f0() -> None: ...

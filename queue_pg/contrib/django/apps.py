@@ -19,7 +19,7 @@ class QueuePGConfig(AppConfig):
 
     def ready(self) -> None:
         from queue_pg.contrib.django import conf, connection
-        from queue_pg.tasks import registry
+        from queue_pg.jobs.tasks import registry
 
         settings = conf.get()
         if settings.atomic:

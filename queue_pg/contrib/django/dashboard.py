@@ -1,7 +1,7 @@
-"""The web dashboard (queue_pg.dashboard) in a Django project's URLs::
+"""The web dashboard (queue_pg.ops.dashboard) in a Django project's URLs::
 
     from queue_pg.contrib.django.dashboard import dashboard_urls
-    from queue_pg.dashboard import Dashboard
+    from queue_pg.ops.dashboard import Dashboard
 
     urlpatterns = [path("queues/", include(dashboard_urls(Dashboard(DSN))))]
 
@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from queue_pg.dashboard import Dashboard, Request
+from queue_pg.ops.dashboard import Dashboard, Request
 
 __all__ = ["dashboard_urls"]
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 import queue_pg
 from queue_pg.embedded import app_dsn
-from queue_pg.tasks import registry
+from queue_pg.jobs.tasks import registry
 from signups.models import Signup
 
 

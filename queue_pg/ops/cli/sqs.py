@@ -1,0 +1,67 @@
+"""``queue-pg sqs``: the SQS-compatible endpoint (docs/sqs.md), and its access keys."""
+
+from __future__ import annotations
+
+import click
+
+from queue_pg.ops.cli.endpoints import key_row, serve
+from queue_pg.ops.cli.state import State, fail, pass_state
+from queue_pg.ops.display import out, shown
+
+__all__ = ["sqs"]
+
+
+@click.group(invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9324, show_default=True, type=int, help="Port to listen on.")
+@click.option("--no-auth", is_flag=True,
+              help="Accept unsigned requests and run them all as the DSN's user (development"
+                   " only).")
+@click.option("--pool-size", default=10, show_default=True, type=int,
+              help="Connections shared by the requests of every key (each loan runs as the"
+                   " key's role).")
+@click.option("--region", default="us-east-1", show_default=True,
+              help="The region requests must be signed for (their credential scope).")
+@click.pass_context
+def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int,
+        region: str) -> None:
+    """Serve SQS's JSON protocol on HOST:PORT, so boto3 and the AWS SDKs use queue_pg.
+
+    Requests are signed with keys from `queue-pg sqs key create ROLE` and run as that role.
+    Needs the sqs extra: pip install 'queue-pg[sqs]'.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        from queue_pg.sqs import create_app
+    except ImportError as exc:
+        fail(f"{exc}: pip install 'queue-pg[sqs]'")
+    serve(ctx, "sqs", lambda dsn: create_app(dsn, auth=not no_auth, pool_size=pool_size,
+                                             region=region),
+          "SQS endpoint", host, port, no_auth)
+
+
+@sqs.group()
+def key() -> None:
+    """Access keys of the SQS endpoint, each mapped to a PostgreSQL role."""
+
+
+@key.command("create")
+@click.argument("role")
+@pass_state
+def create_key(state: State, role: str) -> None:
+    """A new key for ROLE: prints the access key id and the secret (shown only now)."""
+    row = key_row(state, "SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
+    assert row is not None
+    out().print(f"aws_access_key_id     {row[0]}\naws_secret_access_key {row[1]}")
+
+
+@key.command("revoke")
+@click.argument("access_key")
+@pass_state
+def revoke_key(state: State, access_key: str) -> None:
+    """Revoke a key: its next request is refused."""
+    row = key_row(state, "SELECT queue_pg.sqs_revoke_key(%s)", [access_key])
+    if not (row and row[0]):
+        fail(f"no live key {access_key}")
+    out().print(f"revoked {shown(access_key)}")
