@@ -19,8 +19,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from queue_pg import _ops, _sqla, advice
+from queue_pg import schedules as sched
 from queue_pg.aio_base import AsyncClientBase, AsyncConnection, execute
-from queue_pg.jobs import periodic
 from queue_pg.types import (
     JSON,
     DeleteResult,
@@ -617,19 +617,19 @@ class AsyncClient(AsyncClientBase):
         """
         return await self._run(advice.split(queue, apply=apply), conn)
 
-    # --- periodic tasks (queue_pg.jobs.periodic, sql/api/52_periodic.sql) -------------------------
+    # --- periodic tasks (queue_pg.schedules, sql/api/52_periodic.sql) ----------------------------
 
     async def set_schedule(
         self, name: str, queue: str, cron: str, body: JSON, *, tz: str = "UTC",
         attributes: Mapping[str, JSON] | None = None, missed: str = "skip", catch_up: int = 10,
         grace: float = 60.0, conn: AsyncConnection | None = None,
-    ) -> periodic.ScheduleInfo:
+    ) -> sched.ScheduleInfo:
         """Creates or updates schedule ``name`` of ``queue`` (a name is its queue's own): ``body``
         sent to ``queue`` at each tick of the cron expression ``cron`` in time zone ``tz``; a
         schedule whose cron and tz stay keeps its next run. Late ticks (past ``grace`` seconds):
         ``missed`` 'skip' or 'catch_up' (the latest ``catch_up`` of them).
         """
-        return await self._run(periodic.set_schedule(
+        return await self._run(sched.set_schedule(
             name, queue, cron, body, tz=tz, attributes=attributes, missed=missed,
             catch_up=catch_up, grace=grace), conn)
 
@@ -637,21 +637,21 @@ class AsyncClient(AsyncClientBase):
         self, name: str, queue: str, *, conn: AsyncConnection | None = None
     ) -> bool:
         """Removes schedule ``name`` of ``queue``; true when it existed."""
-        return await self._run(periodic.drop_schedule(name, queue), conn)
+        return await self._run(sched.drop_schedule(name, queue), conn)
 
     async def fire_schedules(
         self, queues: Sequence[str] | None = None, *, conn: AsyncConnection | None = None
-    ) -> list[periodic.Fired]:
+    ) -> list[sched.Fired]:
         """Sends the due ticks of the schedules of ``queues`` (None: all the caller may send to),
         each once however many callers race; what it sent. Workers call it about once a second.
         """
-        return await self._run(periodic.fire_schedules(queues), conn)
+        return await self._run(sched.fire_schedules(queues), conn)
 
     async def schedules(
         self, queue: str | None = None, *, conn: AsyncConnection | None = None
-    ) -> list[periodic.Schedule]:
+    ) -> list[sched.Schedule]:
         """The schedules (of ``queue``, or of every queue the caller may see): next and last run."""
-        return await self._run(periodic.schedules(queue), conn)
+        return await self._run(sched.schedules(queue), conn)
 
     # --- start rates (sql/api/53_task_limits.sql) -------------------------------------------------
 
@@ -660,7 +660,7 @@ class AsyncClient(AsyncClientBase):
     ) -> float | None:
         """At most ``per_second`` receives start a message of ``queue`` each second, whoever
         receives (None: no limit); over any t seconds at most per_second * (t + 1)."""
-        return await self._run(periodic.set_rate_limit(queue, per_second), conn)
+        return await self._run(sched.set_rate_limit(queue, per_second), conn)
 
     async def limit_task(
         self, queue: str, task: str, target: str, max_running: int, *,
@@ -670,4 +670,4 @@ class AsyncClient(AsyncClientBase):
         once: they are routed to ``target``, a queue of their own (made with ``queue``'s
         settings) whose in_flight_limit is the limit. True when something changed; a role with
         only send on ``queue`` may call it once the limit is in place."""
-        return await self._run(periodic.limit_task(queue, task, target, max_running), conn)
+        return await self._run(sched.limit_task(queue, task, target, max_running), conn)

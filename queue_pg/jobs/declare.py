@@ -11,7 +11,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queue_pg import _ops
 from queue_pg.errors import QueueAlreadyExists, QueueNotFound, translating
@@ -21,12 +21,34 @@ if TYPE_CHECKING:
     import psycopg
 
     from queue_pg.client import Client
-    from queue_pg.jobs.tasks import Registry, Task
 
 __all__ = ["create_declared", "ensure_limit", "ensure_queues", "hint", "limited_queue", "limits",
            "missing_queue"]
 
 logger = logging.getLogger("queue_pg.worker")
+
+
+class Declared(Protocol):
+    """What is read here of a task: a :class:`queue_pg.jobs.tasks.Task` (which sits above this
+    module: its enqueue calls it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def queue_settings(self) -> Mapping[str, Any] | None: ...
+    @property
+    def max_running(self) -> int | None: ...
+    @property
+    def rate_limit(self) -> float | None: ...
+
+
+class Declarations(Protocol):
+    """What is read here of a :class:`queue_pg.jobs.tasks.Registry`: its tasks by name."""
+
+    @property
+    def tasks(self) -> Mapping[str, Declared]: ...
 
 
 def hint(queue: str) -> str:
@@ -35,7 +57,7 @@ def hint(queue: str) -> str:
             f" the task: @task(queue={queue!r}, create=True) or with its settings")
 
 
-def missing_queue(task: Task, exc: QueueNotFound) -> QueueNotFound:
+def missing_queue(task: Declared, exc: QueueNotFound) -> QueueNotFound:
     """The QueueNotFound an enqueue of ``task`` raises: the server's, with the way out."""
     return QueueNotFound(f"{exc}; task {task.name}: {hint(task.queue)}",
                          sqlstate=exc.sqlstate, diag=exc.diag)
@@ -50,7 +72,7 @@ def _order(queue: str, settings: Mapping[str, Any]) -> Iterator[tuple[str, dict[
 
 
 def create_declared(
-    task: Task, conn: psycopg.Connection[Any] | None, client: Client | None
+    task: Declared, conn: psycopg.Connection[Any] | None, client: Client | None
 ) -> None:
     """Create the task's queue (and its dead-letter queue) with the declared settings, on the
     caller's connection (a savepoint each) or with ``client``; one that exists is left as it is."""
@@ -70,7 +92,7 @@ def create_declared(
             pass
 
 
-def limited_queue(task: Task) -> str:
+def limited_queue(task: Declared) -> str:
     """The queue of a ``max_running`` task's messages: ``<queue>-<task name>``, the name's other
     characters as ``_`` (cut to 80 characters, a hash keeping it unique)."""
     name = f"{task.queue}-{re.sub('[^A-Za-z0-9_-]', '_', task.name)}"
@@ -79,7 +101,7 @@ def limited_queue(task: Task) -> str:
     return name
 
 
-def limits(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
+def limits(registry: Declarations | None, queues: Sequence[str]) -> Plan[None]:
     """At a worker's start: the limits its tasks declare, in the database. A ``max_running``
     task's messages are routed to a queue of their own whose ``in_flight_limit`` is the limit
     (``queue_pg.limit_task``, which the task's first enqueue calls too); a ``rate_limit``
@@ -96,7 +118,7 @@ def limits(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
 
 
 def ensure_limit(
-    task: Task, conn: psycopg.Connection[Any] | None, client: Client | None
+    task: Declared, conn: psycopg.Connection[Any] | None, client: Client | None
 ) -> None:
     """Before an enqueue of a ``max_running`` task: its limit in place (``queue_pg.limit_task``),
     on the caller's connection (in its transaction: the route commits with the message) or with
@@ -105,7 +127,7 @@ def ensure_limit(
     call = (task.queue, task.name, limited_queue(task), task.max_running)
     if conn is not None:
         from queue_pg.client import execute
-        from queue_pg.jobs.periodic import limit_task
+        from queue_pg.schedules import limit_task
 
         with translating():
             execute(conn, limit_task(*call))
@@ -114,10 +136,10 @@ def ensure_limit(
         client.limit_task(*call)
 
 
-def ensure_queues(registry: Registry | None, queues: Sequence[str]) -> Plan[None]:
+def ensure_queues(registry: Declarations | None, queues: Sequence[str]) -> Plan[None]:
     """At a worker's start: each of its queues that is missing is created if one of its tasks
     declares it, else QueueNotFound saying how to create it; then the tasks' limits."""
-    declared: dict[str, Task] = {}
+    declared: dict[str, Declared] = {}
     if registry is not None:
         for t in registry.tasks.values():
             if t.queue_settings is not None:

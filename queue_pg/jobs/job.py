@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queue_pg.errors import MessageNotFound, StaleReceipt
 from queue_pg.types import JSON, Message
@@ -18,7 +18,7 @@ from queue_pg.types import JSON, Message
 if TYPE_CHECKING:
     from queue_pg.aio import AsyncClient
     from queue_pg.client import Client
-    from queue_pg.jobs.tasks import Task
+    from queue_pg.jobs.backoff import Backoff
 
 __all__ = [
     "ERROR_KEY",
@@ -30,6 +30,7 @@ __all__ = [
     "AsyncJob",
     "BaseJob",
     "Job",
+    "JobTask",
     "LeaseLost",
     "Reject",
     "TaskTimeout",
@@ -90,10 +91,30 @@ def current_job() -> BaseJob:
     return job_var.get()
 
 
+class JobTask(Protocol):
+    """What the job and the workers read of the job's task: a :class:`queue_pg.jobs.tasks.Task`
+    (which sits above this module: it runs jobs)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def retries(self) -> int | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def backoff(self) -> Backoff | None: ...
+    @property
+    def store_result(self) -> bool: ...
+    @property
+    def result_ttl(self) -> float: ...
+
+
 class BaseJob:
     """What a handler gets: the message, its saved state, and whether it must stop."""
 
-    def __init__(self, message: Message, lease: float, task: Task | None = None) -> None:
+    def __init__(self, message: Message, lease: float, task: JobTask | None = None) -> None:
         assert message.receipt is not None
         self.message = message
         self.receipt: str = message.receipt
@@ -161,7 +182,7 @@ class Job(BaseJob):
     """A message being handled by a :class:`queue_pg.Worker` thread."""
 
     def __init__(
-        self, client: Client, message: Message, lease: float, task: Task | None = None
+        self, client: Client, message: Message, lease: float, task: JobTask | None = None
     ) -> None:
         super().__init__(message, lease, task)
         self._client = client
@@ -195,7 +216,7 @@ class AsyncJob(BaseJob):
     """A message being handled by a :class:`queue_pg.AsyncWorker` task."""
 
     def __init__(
-        self, client: AsyncClient, message: Message, lease: float, task: Task | None = None
+        self, client: AsyncClient, message: Message, lease: float, task: JobTask | None = None
     ) -> None:
         super().__init__(message, lease, task)
         self._client = client

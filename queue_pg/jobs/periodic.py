@@ -6,188 +6,33 @@ include the task's registers it (``set_schedule``: a restart keeps its next run)
 ticks about once a second (``fire_schedules``). The database decides who sends a tick: the
 schedule's row is locked with SKIP LOCKED and its next run moved in the transaction that sends the
 message, so each tick is sent once however many workers run. No beat process.
+
+This module is the workers' side (the :class:`Scheduler`); ``Periodic`` and ``periodic`` are
+declared with the tasks (:mod:`queue_pg.jobs.tasks`), and the rows and statements both clients
+run are in the core (:mod:`queue_pg.schedules`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from queue_pg import outage
-from queue_pg._ops import Call
-from queue_pg.advice import _rows  # rows to a dataclass by column name
 from queue_pg.errors import AccessDenied
 from queue_pg.jobs.plans import ClientCall, Plan
+from queue_pg.jobs.tasks import Periodic, periodic  # declared with the tasks; handed on here
+from queue_pg.schedules import Fired
 
 if TYPE_CHECKING:
-    from queue_pg.jobs.tasks import Registry, Task
+    from queue_pg.jobs.tasks import Registry
 
-__all__ = [
-    "FIRE_INTERVAL",
-    "Fired",
-    "Periodic",
-    "Schedule",
-    "ScheduleInfo",
-    "Scheduler",
-    "drop_schedule",
-    "fire_schedules",
-    "periodic",
-    "schedules",
-    "set_rate_limit",
-    "set_schedule",
-]
+__all__ = ["FIRE_INTERVAL", "Periodic", "Scheduler", "periodic"]
 
 logger = logging.getLogger("queue_pg.worker")
 
 #: Seconds between a worker's looks for due ticks: a tick is sent at most this late.
 FIRE_INTERVAL = 1.0
-#: What a missed tick (later than ``grace`` when a worker gets to it) becomes.
-MISSED = ("skip", "catch_up")
-
-
-@dataclass(frozen=True)
-class Periodic:
-    """A schedule of a task: ``cron`` (5 fields, or 6 with seconds first, or @hourly, @daily,
-    ...) in time zone ``tz``; the run's ``args`` / ``kwargs``. Ticks later than ``grace`` seconds
-    when a worker gets to them (no worker ran) were missed: ``missed="skip"`` drops them,
-    ``"catch_up"`` runs the latest ``catch_up`` of them."""
-
-    task: Task
-    cron: str
-    name: str
-    tz: str = "UTC"
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    missed: str = "skip"
-    catch_up: int = 10
-    grace: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.missed not in MISSED:
-            raise ValueError(f"missed = {self.missed!r}: allowed {', '.join(MISSED)}")
-        self.task.check_args(self.args, self.kwargs)  # TypeError now, not at the first tick
-
-    def register(self) -> ClientCall:
-        """The client call that stores this schedule (``set_schedule``)."""
-        return ClientCall(
-            "set_schedule",
-            (self.name, self.task.queue, self.cron, self.task.envelope(self.args, self.kwargs)),
-            {"tz": self.tz, "attributes": {"type": self.task.name}, "missed": self.missed,
-             "catch_up": self.catch_up, "grace": self.grace})
-
-
-def periodic(
-    task: Task,
-    schedule: str,
-    *,
-    name: str | None = None,
-    tz: str = "UTC",
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    missed: str = "skip",
-    catch_up: int = 10,
-    grace: float = 60.0,
-) -> Periodic:
-    """Run ``task(*args, **kwargs)`` at each tick of ``schedule`` (a cron expression) in ``tz``;
-    ``name`` (default: the task's name) identifies the schedule in SQL. A task may have several.
-    See :class:`Periodic` for ``missed``, ``catch_up`` and ``grace``."""
-    p = Periodic(task, schedule, name or task.name, tz, tuple(args), dict(kwargs or {}), missed,
-                 catch_up, float(grace))
-    task.registry.add_schedule(p)
-    return p
-
-
-# --- rows and statements ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A row of the view ``queue_pg.schedules``: no body."""
-
-    schedule: str
-    queue: str
-    cron: str
-    tz: str
-    next_run: datetime
-    last_run: datetime | None
-    last_tick: datetime | None
-    last_message_id: int | None
-    missed: str
-    catch_up: int
-    grace: float
-    skipped: int
-    type: str | None
-
-
-@dataclass(frozen=True)
-class ScheduleInfo:
-    """What ``set_schedule`` returns: the next run, and whether the schedule is new."""
-
-    schedule: str
-    next_run: datetime
-    created: bool
-
-
-@dataclass(frozen=True)
-class Fired:
-    """A tick ``fire_schedules`` sent: the schedule, the queue, the tick and the message."""
-
-    schedule: str
-    queue: str
-    tick: datetime
-    message_id: int
-
-
-def set_schedule(
-    name: str, queue: str, cron: str, body: Any, *, tz: str = "UTC",
-    attributes: Mapping[str, Any] | None = None, missed: str = "skip", catch_up: int = 10,
-    grace: float = 60.0,
-) -> Call[ScheduleInfo]:
-    from psycopg.types.json import Jsonb
-
-    return Call(
-        "select * from queue_pg.set_schedule(%(name)s::text, %(queue)s::text, %(cron)s::text,"
-        " %(body)s::jsonb, tz => %(tz)s::text, attributes => %(attributes)s::jsonb,"
-        " missed => %(missed)s::text, catch_up => %(catch_up)s::int, grace => %(grace)s::float8)",
-        {"name": name, "queue": queue, "cron": cron, "body": Jsonb(body), "tz": tz,
-         "attributes": None if attributes is None else Jsonb(dict(attributes)),
-         "missed": missed, "catch_up": catch_up, "grace": grace},
-        lambda columns, rows: _rows(ScheduleInfo)(columns, rows)[0],
-    )
-
-
-def drop_schedule(name: str, queue: str) -> Call[bool]:
-    return Call("select queue_pg.drop_schedule(%(name)s::text, %(queue)s::text)",
-                {"name": name, "queue": queue}, lambda columns, rows: bool(rows[0][0]))
-
-
-def fire_schedules(queues: Sequence[str] | None = None) -> Call[list[Fired]]:
-    return Call("select * from queue_pg.fire_schedules(%(queues)s::text[])",
-                {"queues": None if queues is None else list(queues)}, _rows(Fired))
-
-
-def set_rate_limit(queue: str, per_second: float | None) -> Call[float | None]:
-    return Call("select queue_pg.set_rate_limit(%(queue)s::text, %(rate)s::float8)",
-                {"queue": queue, "rate": per_second}, lambda columns, rows: rows[0][0])
-
-
-def limit_task(queue: str, task: str, target: str, max_running: int) -> Call[bool]:
-    return Call("select queue_pg.limit_task(%(queue)s::text, %(task)s::text, %(target)s::text,"
-                " %(n)s::integer)",
-                {"queue": queue, "task": task, "target": target, "n": max_running},
-                lambda columns, rows: bool(rows[0][0]))
-
-
-def schedules(queue: str | None = None) -> Call[list[Schedule]]:
-    where = "" if queue is None else " where queue = %(queue)s"
-    return Call("select * from queue_pg.schedules" + where,
-                {"queue": queue}, _rows(Schedule))
-
-
-# --- the worker's part ---------------------------------------------------------------------------
 
 
 class Scheduler:

@@ -28,6 +28,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, overload
 
@@ -35,6 +36,7 @@ from queue_pg._sqla import join
 from queue_pg.errors import QueueNotFound
 from queue_pg.jobs.backoff import Backoff
 from queue_pg.jobs.job import ERROR_KEY, STATE_KEY, BaseJob, Reject
+from queue_pg.jobs.plans import ClientCall
 from queue_pg.types import Seconds, seconds
 
 if TYPE_CHECKING:
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
     from queue_pg._sqla import SessionLike
     from queue_pg.aio import AsyncClient
     from queue_pg.client import Client
-    from queue_pg.jobs.periodic import Periodic
     from queue_pg.types import StoredResult
 
 __all__ = [
@@ -188,8 +189,6 @@ class Task:
         self.registry.register(self)
         self.schedule = schedule
         if schedule is not None:
-            from queue_pg.jobs.periodic import periodic
-
             periodic(self, schedule, tz=tz)
 
     def __repr__(self) -> str:
@@ -578,6 +577,64 @@ def with_dead_letter_queue(
         return settings
     return {**settings, "dead_letter_queue": f"{queue}-dlq",
             "max_receive_count": settings.get("max_receive_count", max(10, (retries or 0) + 2))}
+
+
+# --- periodic runs: declared here, their ticks sent by the workers (jobs/periodic.py) ----------
+
+#: What a missed tick (later than ``grace`` when a worker gets to it) becomes.
+MISSED = ("skip", "catch_up")
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A schedule of a task: ``cron`` (5 fields, or 6 with seconds first, or @hourly, @daily,
+    ...) in time zone ``tz``; the run's ``args`` / ``kwargs``. Ticks later than ``grace`` seconds
+    when a worker gets to them (no worker ran) were missed: ``missed="skip"`` drops them,
+    ``"catch_up"`` runs the latest ``catch_up`` of them."""
+
+    task: Task
+    cron: str
+    name: str
+    tz: str = "UTC"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    missed: str = "skip"
+    catch_up: int = 10
+    grace: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.missed not in MISSED:
+            raise ValueError(f"missed = {self.missed!r}: allowed {', '.join(MISSED)}")
+        self.task.check_args(self.args, self.kwargs)  # TypeError now, not at the first tick
+
+    def register(self) -> ClientCall:
+        """The client call that stores this schedule (``set_schedule``)."""
+        return ClientCall(
+            "set_schedule",
+            (self.name, self.task.queue, self.cron, self.task.envelope(self.args, self.kwargs)),
+            {"tz": self.tz, "attributes": {"type": self.task.name}, "missed": self.missed,
+             "catch_up": self.catch_up, "grace": self.grace})
+
+
+def periodic(
+    task: Task,
+    schedule: str,
+    *,
+    name: str | None = None,
+    tz: str = "UTC",
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    missed: str = "skip",
+    catch_up: int = 10,
+    grace: float = 60.0,
+) -> Periodic:
+    """Run ``task(*args, **kwargs)`` at each tick of ``schedule`` (a cron expression) in ``tz``;
+    ``name`` (default: the task's name) identifies the schedule in SQL. A task may have several.
+    See :class:`Periodic` for ``missed``, ``catch_up`` and ``grace``."""
+    p = Periodic(task, schedule, name or task.name, tz, tuple(args), dict(kwargs or {}), missed,
+                 catch_up, float(grace))
+    task.registry.add_schedule(p)
+    return p
 
 
 class Registry:

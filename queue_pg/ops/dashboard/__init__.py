@@ -9,6 +9,7 @@ are shipped in ``static/``, so nothing is downloaded when a page loads.
 from __future__ import annotations
 
 from queue_pg.ops.dashboard.adapters import AsgiApp, WsgiApp, make_http_server, serve
-from queue_pg.ops.dashboard.core import Dashboard, Request, Response
+from queue_pg.ops.dashboard.core import Dashboard
+from queue_pg.ops.dashboard.http import Request, Response
 
 __all__ = ["AsgiApp", "Dashboard", "Request", "Response", "WsgiApp", "make_http_server", "serve"]

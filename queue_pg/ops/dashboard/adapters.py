@@ -10,14 +10,11 @@ from __future__ import annotations
 import asyncio
 import socketserver
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from queue_pg.ops.dashboard.core import MAX_BODY, Request, Response
-
-if TYPE_CHECKING:
-    from queue_pg.ops.dashboard.core import Dashboard
+from queue_pg.ops.dashboard.http import MAX_BODY, Handler, Request, Response
 
 __all__ = ["AsgiApp", "WsgiApp", "make_http_server", "serve"]
 
@@ -34,7 +31,7 @@ class WsgiApp:
     """WSGI: the mount point is SCRIPT_NAME; its root without the slash redirects to it with one,
     so the pages' relative links resolve under any prefix."""
 
-    def __init__(self, dashboard: Dashboard) -> None:
+    def __init__(self, dashboard: Handler) -> None:
         self.dashboard = dashboard
 
     def __call__(self, environ: dict[str, Any],
@@ -65,7 +62,7 @@ class WsgiApp:
 class AsgiApp:
     """ASGI (HTTP only): the mount point is ``root_path``; the same redirect as WsgiApp."""
 
-    def __init__(self, dashboard: Dashboard) -> None:
+    def __init__(self, dashboard: Handler) -> None:
         self.dashboard = dashboard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,7 +113,7 @@ class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def make_http_server(dashboard: Dashboard, host: str = "127.0.0.1",
+def make_http_server(dashboard: Handler, host: str = "127.0.0.1",
                      port: int = 8080) -> WSGIServer:
     """A server bound to host:port (0: any free port), one thread per request; the caller runs
     ``serve_forever()`` and, from another thread, ``shutdown()``."""
@@ -124,7 +121,7 @@ def make_http_server(dashboard: Dashboard, host: str = "127.0.0.1",
                        handler_class=_Quiet)
 
 
-def serve(dashboard: Dashboard, host: str = "127.0.0.1", port: int = 8080,
+def serve(dashboard: Handler, host: str = "127.0.0.1", port: int = 8080,
           ready: Callable[[str], None] | None = None) -> None:
     """Serves the dashboard until interrupted; ``ready`` is told the URL once it listens."""
     with make_http_server(dashboard, host, port) as server:

@@ -15,9 +15,8 @@ import dataclasses
 import hmac
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from http.cookies import CookieError, SimpleCookie
 from importlib import resources
@@ -34,6 +33,7 @@ from queue_pg.errors import (
     SchemaMissing,
     ServerUnavailable,
 )
+from queue_pg.ops.dashboard.http import MAX_BODY, Request, Response
 from queue_pg.ops.dashboard.sessions import Refused, Session, Sessions
 from queue_pg.ops.display import fmt_json
 
@@ -48,56 +48,13 @@ STATIC = {
     "uPlot.iife.min.js": "text/javascript; charset=utf-8",
     "uPlot.min.css": "text/css; charset=utf-8",
 }
-# uPlot sizes its canvas through element.style; nothing is loaded from anywhere else.
-SECURITY_HEADERS = (
-    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' "
-     "'unsafe-inline'; img-src 'self' data:; connect-src 'self'; form-action 'none'; "
-     "frame-ancestors 'none'; base-uri 'none'"),
-    ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),
-)
 STATUS = {QueueNotFound: 404, AccessDenied: 403, InvalidParameter: 400, ServerUnavailable: 503,
           SchemaMissing: 503}
-MAX_BODY = 4096
 COOKIE = "queue_pg_session"
 #: A message body on the page: its JSON text, cut to this many characters.
 BODY_CHARS = 2000
 #: How many messages api/messages shows at most.
 MAX_MESSAGES = 50
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the dashboard reads of a request. ``path`` is relative to where it is mounted, with
-    no leading slash; header names are lower case."""
-
-    method: str
-    path: str
-    query: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    address: str = ""  # the client's IP address: failed logins are counted per address
-    root: str = ""  # where the dashboard is mounted ("" at the root): the session cookie's path
-    https: bool = False  # the session cookie is then Secure
-
-
-@dataclass(frozen=True)
-class Response:
-    """What the dashboard answers; the adapters send it as their protocol wants."""
-
-    status: int
-    content_type: str
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-
-    def with_headers(self, headers: tuple[tuple[str, str], ...]) -> Response:
-        """The same response with more headers."""
-        return dataclasses.replace(self, headers=self.headers + headers)
-
-    def all_headers(self) -> list[tuple[str, str]]:
-        """Content type and length, the security headers every answer carries, then its own."""
-        return [("Content-Type", self.content_type), ("Content-Length", str(len(self.body))),
-                *SECURITY_HEADERS, *self.headers]
 
 
 def _plain(value: Any) -> Any:
