@@ -319,7 +319,7 @@ def test_pages_assets_and_headers(queues: Client, http: Any) -> None:
 
 
 def test_nothing_is_fetched_from_elsewhere() -> None:
-    static = ROOT / "queue_pg" / "dashboard" / "static"
+    static = ROOT / "queue_pg" / "ops" / "dashboard" / "static"
     for name in ("page.html", "dashboard.js", "dashboard.css"):
         text = (static / name).read_text()
         assert "http://" not in text and "https://" not in text and "//cdn" not in text, name

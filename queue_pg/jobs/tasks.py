@@ -50,10 +50,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ERROR_KEY",
     "STATE_KEY",
+    "Periodic",
     "Registry",
     "Task",
     "TaskFailed",
     "TaskResult",
+    "periodic",
     "registry",
     "set_client",
     "task",
