@@ -484,10 +484,11 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
     )
 
 
-def cancel_message(queue: str, id: int) -> Call[bool]:
+def cancel_message(queue: str, id: int, terminate: bool = False) -> Call[bool]:
     return Call(
-        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint) as result",
-        {"queue": text(queue, "queue"), "id": integer(id, "id")},
+        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint, %(terminate)s::boolean)"
+        " as result",
+        {"queue": text(queue, "queue"), "id": integer(id, "id"), "terminate": bool(terminate)},
         as_bool,
     )
 

@@ -386,11 +386,14 @@ class AsyncClient(AsyncClientBase):
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
     async def cancel_message(
-        self, queue: str, id: int, *, conn: AsyncConnection | None = None
+        self, queue: str, id: int, *, terminate: bool = False,
+        conn: AsyncConnection | None = None,
     ) -> bool:
         """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
-        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
-        return await self._run(_ops.cancel_message(queue, id), conn)
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on).
+        ``terminate``: a running one too; its worker's next heartbeat is refused, and a
+        process pool kills the run."""
+        return await self._run(_ops.cancel_message(queue, id, terminate), conn)
 
     async def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: AsyncConnection | None = None

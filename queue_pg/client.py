@@ -383,11 +383,14 @@ class Client(ClientBase):
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
     def cancel_message(
-        self, queue: str, id: int, *, conn: Connection | None = None
+        self, queue: str, id: int, *, terminate: bool = False,
+        conn: Connection | None = None,
     ) -> bool:
         """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
-        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
-        return self._run(_ops.cancel_message(queue, id), conn)
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on).
+        ``terminate``: a running one too; its worker's next heartbeat is refused, and a
+        process pool kills the run."""
+        return self._run(_ops.cancel_message(queue, id, terminate), conn)
 
     def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: Connection | None = None

@@ -55,6 +55,7 @@ class WorkerConfig:
     log_level: str
     job_log_level: str = "DEBUG"
     detect_crashes: bool = True
+    pool: str = "threads"
 
 
 def import_tasks(modules: tuple[str, ...]) -> Registry:
@@ -100,6 +101,7 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
             wait=config.wait, backoff=Backoff(base=config.backoff_base, cap=config.backoff_cap),
             job_log_level=config.job_log_level,
             detect_crashes=config.detect_crashes,
+            pool=config.pool, modules=config.modules,
         )
         worker.run(signals=(signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT))
 

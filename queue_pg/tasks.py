@@ -111,6 +111,11 @@ class Task:
     :class:`queue_pg.jobs.TaskTimeout`, retried as its policy says) whatever it does after, its
     late result ignored. asyncio cancels it; in a :class:`queue_pg.Worker` thread TaskTimeout
     is raised inside it at its next Python instruction (not while it waits in a C call).
+    ``time_limit``: the hard limit, in seconds, of the process pool (``pool="processes"``):
+    a run still going then has its process killed (SIGKILL), and the attempt failed with
+    TaskTimeout; default ``timeout`` + 2 s (:data:`queue_pg.pool.HARD_GRACE`). There,
+    ``timeout`` is raised inside the task by SIGALRM, even in a C call. The thread pool and
+    asyncio cannot kill: they enforce ``timeout`` only.
     ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
     state, cancellation) as its first argument. Calling the task runs the function here.
 
@@ -145,6 +150,7 @@ class Task:
         backoff: Backoff | None = None,
         bind: bool = False,
         registry: Registry | None = None,
+        time_limit: Seconds | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
         create: bool = False,
@@ -161,6 +167,13 @@ class Task:
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.retries = retries
         self.timeout = None if timeout is None else seconds(timeout)
+        self.time_limit = None if time_limit is None else seconds(time_limit)
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValueError(f"time_limit = {self.time_limit}: need > 0 seconds")
+        if self.time_limit is not None and self.timeout is not None and (
+                self.time_limit <= self.timeout):
+            raise ValueError(f"time_limit = {self.time_limit:g} must be above timeout ="
+                             f" {self.timeout:g}: the soft limit comes first")
         self.backoff = backoff
         self.bind = bind
         self.registry = registry if registry is not None else _default_registry()
@@ -365,11 +378,16 @@ class Task:
             raise ValueError(f"expires = {expires!r}: already passed")
         return self.send(args, kwargs, delay=delay, ttl=ttl, conn=conn, session=session)
 
-    def revoke(self, message_id: int, *, client: Client | None = None) -> bool:
+    def revoke(
+        self, message_id: int, *, client: Client | None = None, terminate: bool = False
+    ) -> bool:
         """Cancel a run that has not started (the id ``enqueue`` returned): True if it was
-        deleted; False if it is gone or running (it runs on). Needs ``manage`` on the queue."""
+        deleted; False if it is gone or running (it runs on). ``terminate``: a running one
+        too: its lease ends, a process-pool worker kills it, a thread is told
+        (``job.cancelled``). Needs ``manage`` on the queue."""
         c = client or self.registry.default_client()
-        return any(c.cancel_message(q, message_id) for q in sorted(self.runs_from))
+        return any(c.cancel_message(q, message_id, terminate=terminate)
+                   for q in sorted(self.runs_from))
 
     # --- running (called by the workers) ----------------------------------------------------------
 
@@ -744,6 +762,7 @@ def task(
     name: str | None = ...,
     retries: int | None = ...,
     timeout: Seconds | None = ...,
+    time_limit: Seconds | None = ...,
     backoff: Backoff | None = ...,
     bind: bool = ...,
     registry: Registry | None = ...,
@@ -766,6 +785,7 @@ def task(
     name: str | None = None,
     retries: int | None = DEFAULT_RETRIES,
     timeout: Seconds | None = None,
+    time_limit: Seconds | None = None,
     backoff: Backoff | None = None,
     bind: bool = False,
     registry: Registry | None = None,
@@ -791,7 +811,8 @@ def task(
 
     def wrap(f: Callable[..., Any]) -> Task:
         return Task(f, queue=DEFAULT_QUEUE if queue is None else queue, name=name,
-                    retries=retries, timeout=timeout, backoff=backoff, bind=bind,
+                    retries=retries, timeout=timeout, time_limit=time_limit,
+                    backoff=backoff, bind=bind,
                     registry=registry, schedule=schedule, tz=tz,
                     create=create or queue is None, settings=settings, max_running=max_running,
                     rate_limit=rate_limit, store_result=store_result, result_ttl=result_ttl)
