@@ -14,6 +14,7 @@ from queue_pg import plain as _plain
 from queue_pg.aio import AsyncClient
 from queue_pg.aio_worker import AsyncWorker
 from queue_pg.backoff import Backoff
+from queue_pg.canvas import Signature, chain, chord, group
 from queue_pg.client import Client
 from queue_pg.dsn import safe_dsn
 from queue_pg.errors import (
@@ -102,6 +103,7 @@ __all__ = [
     "SchemaMissing",
     "Seconds",
     "ServerUnavailable",
+    "Signature",
     "StaleReceipt",
     "StoredResult",
     "TaskFailed",
@@ -109,8 +111,11 @@ __all__ = [
     "UndecodableBody",
     "Worker",
     "__version__",
+    "chain",
+    "chord",
     "connect",
     "current_job",
+    "group",
     "task",
 ]
 

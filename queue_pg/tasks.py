@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from queue_pg._sqla import SessionLike
     from queue_pg.aio import AsyncClient
+    from queue_pg.canvas import Signature
     from queue_pg.client import Client
     from queue_pg.periodic import Periodic
     from queue_pg.types import StoredResult
@@ -255,17 +256,19 @@ class Task:
         session: SessionLike | None = None,
         client: Client | None = None,
         ttl: Seconds | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskResult:
         """Enqueue one run; returns the message id, a :class:`TaskResult` (an int) that reads
         its result when the task has ``store_result``. With ``conn`` (a psycopg connection) or
         ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
         transaction; with neither, of the registry's ``connection()`` if it has one (Django's).
-        Arguments must be JSON and fit the function (else TypeError now, not in the worker)."""
+        Arguments must be JSON and fit the function (else TypeError now, not in the worker).
+        ``extra``: more keys of the envelope (a chain's ``then``, see :mod:`queue_pg.canvas`)."""
         body = self.envelope(args, kwargs or {})
+        if extra:
+            body.update(extra)
         attributes = {"type": self.name}
-        conn = join(conn, session)
-        if conn is None and client is None and self.registry.connection is not None:
-            conn = self.registry.connection()
+        conn = self.joined(conn, session, client)
         if client is None and conn is not None and self.registry.client is None:
             on = conn
 
@@ -282,6 +285,25 @@ class Task:
                           conn=conn)
 
         return TaskResult(self._declaring(conn, send, c), self, client)
+
+    def joined(
+        self, conn: psycopg.Connection[Any] | None, session: SessionLike | None,
+        client: Client | None,
+    ) -> psycopg.Connection[Any] | None:
+        """The connection whose transaction an enqueue joins: ``conn``, ``session``'s, else
+        (no ``client`` either) the registry's ``connection()`` (Django's), else None."""
+        conn = join(conn, session)
+        if conn is None and client is None and self.registry.connection is not None:
+            conn = self.registry.connection()
+        return conn
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature: this task with these arguments, for :func:`queue_pg.chain`,
+        :func:`queue_pg.group` and :func:`queue_pg.chord` (a chain's later steps get the
+        previous result appended to them)."""
+        from queue_pg.canvas import Signature
+
+        return Signature(self, args, kwargs)
 
     def _limited(self, conn: psycopg.Connection[Any] | None, client: Client | None) -> None:
         """A ``max_running`` task's limit in place before its message is sent (see
