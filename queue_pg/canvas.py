@@ -15,10 +15,10 @@ as :meth:`queue_pg.Task.enqueue` is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from queue_pg.tasks import Task, TaskResult
+from queue_pg.tasks import Signature, TaskResult
 
 if TYPE_CHECKING:
     import psycopg
@@ -35,47 +35,6 @@ THEN_KEY = "then"
 CHORD_KEY = "chord"
 
 
-class Signature:
-    """A task and some of its arguments (``task.s(1, x=2)``): run by itself (:meth:`delay`),
-    or as a step of a chain, a member of a group or chord, or a chord's callback."""
-
-    def __init__(self, task: Task, args: Sequence[Any] = (),
-                 kwargs: Mapping[str, Any] | None = None) -> None:
-        self.task = task
-        self.args = list(args)
-        self.kwargs = dict(kwargs or {})
-
-    def __repr__(self) -> str:
-        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"{self.task.name}.s({', '.join(shown)})"
-
-    def __or__(self, other: Signature | chain) -> chain:
-        return chain(self, other)
-
-    def step(self) -> dict[str, Any]:
-        """This signature as a step in an envelope (the next result is appended to its args)."""
-        return {"queue": self.task.queue, "task": self.task.name, "args": self.args,
-                "kwargs": self.kwargs}
-
-    def check_takes_one_more(self, what: str) -> None:
-        """TypeError now unless the task takes these arguments and one more (the previous
-        step's result), and they are JSON."""
-        try:
-            self.task.envelope([*self.args, None], self.kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{what} {self!r} must take one more argument (the result it is"
-                            f" given): {exc}") from None
-
-    def apply_async(
-        self, *, conn: psycopg.Connection[Any] | None = None, session: SessionLike | None = None,
-        client: Client | None = None,
-    ) -> TaskResult:
-        return self.task.send(self.args, self.kwargs, conn=conn, session=session, client=client)
-
-    def delay(self) -> TaskResult:
-        return self.apply_async()
-
-
 def _signatures(items: tuple[Any, ...], what: str) -> list[Signature]:
     if len(items) == 1 and not isinstance(items[0], Signature) and isinstance(items[0], Iterable):
         items = tuple(items[0])
@@ -89,7 +48,7 @@ def _signatures(items: tuple[Any, ...], what: str) -> list[Signature]:
 
 
 class chain:  # Celery's spelling
-    """``chain(a.s(1), b.s(), c.s())`` (or ``a.s(1) | b.s() | c.s()``): a, then b with a's
+    """``chain(a.s(1), b.s(), c.s())`` (or ``chain(a.s(1)) | b.s() | c.s()``): a, then b with a's
     result appended to its arguments once a succeeded, then c with b's. A step that fails for
     good stops the chain there: it is dead-lettered with the steps not run in its reason
     (and in its body: redrive it to go on). Enqueues only the first step; :meth:`apply_async`

@@ -284,7 +284,7 @@ def _child_main(conn: Connection, modules: Sequence[str]) -> None:
 
         threading.Thread(target=watch, daemon=True).start()
     try:
-        from queue_pg.processes import import_tasks
+        from queue_pg.tasks import import_tasks
 
         import_tasks(tuple(modules))
     except BaseException as exc:

@@ -10,7 +10,6 @@ that dies; each process is a :class:`queue_pg.Worker`. A worker process whose su
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import multiprocessing
 import os
@@ -24,7 +23,7 @@ from types import FrameType
 from queue_pg.backoff import Backoff
 from queue_pg.client import Client
 from queue_pg.errors import QueueError
-from queue_pg.tasks import Registry, registry
+from queue_pg.tasks import import_tasks
 from queue_pg.worker import Worker
 
 __all__ = ["Supervisor", "WorkerConfig", "import_tasks", "run_worker", "setup_logging"]
@@ -56,15 +55,6 @@ class WorkerConfig:
     job_log_level: str = "DEBUG"
     detect_crashes: bool = True
     pool: str = "threads"
-
-
-def import_tasks(modules: tuple[str, ...]) -> Registry:
-    """Import the task modules (from the current folder too, as ``python -m`` would)."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    for name in modules:
-        importlib.import_module(name)
-    return registry
 
 
 #: Loggers that say nothing useful to a worker's reader unless something is wrong: the embedded

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import json
+import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import (
@@ -42,7 +45,6 @@ if TYPE_CHECKING:
 
     from queue_pg._sqla import SessionLike
     from queue_pg.aio import AsyncClient
-    from queue_pg.canvas import Signature
     from queue_pg.client import Client
     from queue_pg.periodic import Periodic
     from queue_pg.types import StoredResult
@@ -51,6 +53,7 @@ __all__ = [
     "ERROR_KEY",
     "STATE_KEY",
     "Registry",
+    "Signature",
     "Task",
     "TaskFailed",
     "TaskResult",
@@ -301,8 +304,6 @@ class Task:
         """A signature: this task with these arguments, for :func:`queue_pg.chain`,
         :func:`queue_pg.group` and :func:`queue_pg.chord` (a chain's later steps get the
         previous result appended to them)."""
-        from queue_pg.canvas import Signature
-
         return Signature(self, args, kwargs)
 
     def _limited(self, conn: psycopg.Connection[Any] | None, client: Client | None) -> None:
@@ -438,6 +439,44 @@ class Task:
     def _in_context(self, *args: Any, **kwargs: Any) -> Any:
         with self.registry.job_context():
             return self.func(*args, **kwargs)
+
+
+class Signature:
+    """A task and some of its arguments (``task.s(1, x=2)``): run by itself (:meth:`delay`),
+    or as a step of a chain, a member of a group or chord, or a chord's callback."""
+
+    def __init__(self, task: Task, args: Sequence[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None) -> None:
+        self.task = task
+        self.args = list(args)
+        self.kwargs = dict(kwargs or {})
+
+    def __repr__(self) -> str:
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.task.name}.s({', '.join(shown)})"
+
+    def step(self) -> dict[str, Any]:
+        """This signature as a step in an envelope (the next result is appended to its args)."""
+        return {"queue": self.task.queue, "task": self.task.name, "args": self.args,
+                "kwargs": self.kwargs}
+
+    def check_takes_one_more(self, what: str) -> None:
+        """TypeError now unless the task takes these arguments and one more (the previous
+        step's result), and they are JSON."""
+        try:
+            self.task.envelope([*self.args, None], self.kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{what} {self!r} must take one more argument (the result it is"
+                            f" given): {exc}") from None
+
+    def apply_async(
+        self, *, conn: psycopg.Connection[Any] | None = None, session: SessionLike | None = None,
+        client: Client | None = None,
+    ) -> TaskResult:
+        return self.task.send(self.args, self.kwargs, conn=conn, session=session, client=client)
+
+    def delay(self) -> TaskResult:
+        return self.apply_async()
 
 
 #: The statuses of a run that finished.
@@ -767,6 +806,16 @@ registry = Registry()
 
 
 def _default_registry() -> Registry:
+    return registry
+
+
+def import_tasks(modules: Sequence[str]) -> Registry:
+    """Import the task modules (from the current folder too, as ``python -m`` would); the
+    default registry they register into."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        importlib.import_module(name)
     return registry
 
 

@@ -127,7 +127,7 @@ def test_a_chain_passes_each_result_to_the_next_step(flow_db: str) -> None:
 
 
 def test_the_pipe_spelling_and_arguments_are_checked_now(flow_db: str) -> None:
-    assert repr(add.s(1, 2) | mul.s(3)) == "flow.add.s(1, 2) | flow.mul.s(3)"
+    assert repr(chain(add.s(1, 2)) | mul.s(3)) == "flow.add.s(1, 2) | flow.mul.s(3)"
     with pytest.raises(TypeError, match="must take one more argument"):
         chain(add.s(1, 2), add.s(1, 2))  # add(1, 2, result): too many
     with pytest.raises(TypeError, match="must take one more argument"):

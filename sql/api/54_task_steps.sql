@@ -83,7 +83,7 @@ DECLARE
     m jsonb;
     i integer := 0;
     mid bigint;
-    ids bigint[] := '{}';
+    ids bigint[] := '{}'::bigint[];
 BEGIN
     IF jsonb_typeof(members) IS DISTINCT FROM 'array' OR jsonb_array_length(members) = 0
        OR jsonb_array_length(members) > 10000 THEN
