@@ -19,6 +19,7 @@ from queue_pg.canvas import ChordResult
 from queue_pg.errors import InvalidParameter
 from queue_pg.tasks import Registry
 from queue_pg.worker import Worker
+from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: F401
 from tests.test_worker import wait_until
 
 REG = Registry()
@@ -278,3 +279,39 @@ def test_bad_chords_change_nothing(flow_db: str) -> None:
             call([{"queue": Q, "body": {"task": "x"}}], "nowhere", {"task": "x"})
         assert c.peek(Q, 10) == []
     assert chords(flow_db) == before
+
+
+def test_chords_and_steps_need_the_rights_of_a_send(
+    flow_db: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """A producer may start a chord only with `send` on every queue it touches (the callback's
+    too); settling a step needs `receive`, and the role that settles it sends the next step."""
+    with queue_pg.Client(flow_db, sweep_interval=None) as admin:
+        admin.create_queue("other")
+        producer = make_role("chord_producer", PRODUCER)
+        admin.grant(Q, producer.name, "send")
+        before = chords(flow_db)
+        with producer.client() as c:
+            with pytest.raises(queue_pg.AccessDenied):
+                c.send_chord([{"queue": Q, "body": {"task": "flow.add"}}], "other",
+                             {"task": "flow.record"})
+            with pytest.raises(queue_pg.AccessDenied):
+                c.send_chord([{"queue": "other", "body": {"task": "flow.add"}}], Q,
+                             {"task": "flow.record"})
+            assert chords(flow_db) == before
+            chain(add.s(1, 2), record.s("x")).apply_async(client=c)
+        assert admin.peek("other", 10) == []
+        [m] = admin.receive(Q, 1, visibility_timeout=60)
+        consumer = make_role("chord_consumer", CONSUMER, PRODUCER)
+        admin.grant(Q, consumer.name, "receive")  # but no send on the next step's queue
+        with consumer.client() as c, pytest.raises(queue_pg.AccessDenied):
+            c.complete_step(Q, m.receipt or "", 3)
+        with producer.client() as c, pytest.raises(queue_pg.AccessDenied):
+            c.complete_step(Q, m.receipt or "", 3)
+        # refused: the step is still there, leased, and nothing was sent
+        assert admin.stats(Q).in_flight == 1 and admin.stats(Q).visible == 0
+        admin.grant(Q, consumer.name, "send")
+        with consumer.client() as c:
+            assert c.complete_step(Q, m.receipt or "", 3)
+        [nxt] = admin.peek(Q, 10)
+        assert nxt.body == {"task": "flow.record", "args": ["x", 3], "kwargs": {}}
