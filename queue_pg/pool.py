@@ -14,8 +14,9 @@ one task at a time, told what by its parent through a pipe:
   new child;
 - a child that dies by itself (``os._exit``, a segfault, SIGKILL from outside, the OOM killer)
   fails the attempt with :class:`ChildDied`, and is replaced;
-- a job whose lease is lost (revoked with ``terminate``, or taken by another worker) has its
-  child killed: it must not go on running.
+- a job whose lease is lost (revoked with ``terminate``, or taken by another worker) or cannot
+  be kept (past ``max_lease``; a stop past its grace period) has its child killed: it must not
+  go on running while its message runs again elsewhere.
 
 Each failure is retried by the task's policy and dead-lettered at its end, like any other.
 """
@@ -37,7 +38,7 @@ from time import monotonic
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from queue_pg.jobs import LOST, SHUTDOWN, BaseJob, Job, LeaseLost, TaskTimeout
+from queue_pg.jobs import LOST, MAX_LEASE, SHUTDOWN, BaseJob, Job, LeaseLost, TaskTimeout
 from queue_pg.types import JSON, Message
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class ProcessSlot:
                 self.kill()
                 raise TaskTimeout(f"{task.name} passed its hard time limit of {hard:g}s; its"
                                   " process was killed")
-            if job.cancel_reason in (LOST, SHUTDOWN):
+            if job.cancel_reason in (LOST, SHUTDOWN, MAX_LEASE):
                 self.kill()
                 raise LeaseLost(f"message {job.id} of queue {job.queue!r}: {job.cancel_reason};"
                                 " its process was killed")
@@ -233,8 +234,8 @@ class ChildJob(BaseJob):
     """The job as a task in a child process sees it: its message, and a checkpoint saved by the
     parent (on its lease)."""
 
-    def __init__(self, conn: Connection, message: Message) -> None:
-        super().__init__(message, 0.0)
+    def __init__(self, conn: Connection, message: Message, task: Task) -> None:
+        super().__init__(message, 0.0, task)
         self._conn = conn
 
     def checkpoint(self, state: JSON) -> None:
@@ -301,7 +302,7 @@ def _child_main(conn: Connection, modules: Sequence[str]) -> None:
         try:
             try:
                 task = _find(name, module, qualname, bind)
-                job = ChildJob(conn, message)
+                job = ChildJob(conn, message, task)
                 if soft is not None:
                     _armed = True
                     signal.setitimer(signal.ITIMER_REAL, soft)
