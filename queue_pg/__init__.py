@@ -39,6 +39,7 @@ from queue_pg.errors import (
 )
 from queue_pg.jobs.aio_worker import AsyncWorker
 from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.canvas import Signature, chain, chord, group
 from queue_pg.jobs.job import AsyncJob, Job, LeaseLost, Reject, current_job
 from queue_pg.jobs.tasks import TaskFailed, TaskResult
 from queue_pg.jobs.tasks import task as task
@@ -102,6 +103,7 @@ __all__ = [
     "SchemaMissing",
     "Seconds",
     "ServerUnavailable",
+    "Signature",
     "StaleReceipt",
     "StoredResult",
     "TaskFailed",
@@ -109,8 +111,11 @@ __all__ = [
     "UndecodableBody",
     "Worker",
     "__version__",
+    "chain",
+    "chord",
     "connect",
     "current_job",
+    "group",
     "task",
 ]
 

@@ -404,6 +404,33 @@ def complete_task(queue: str, receipt: str, result: JSON, ttl: Seconds) -> Call[
     )
 
 
+def complete_step(queue: str, receipt: str, result: JSON, ttl: Seconds | None) -> Call[bool]:
+    return Call(
+        "select queue_pg.complete_step(%(queue)s, %(receipt)s::text, %(result)s::jsonb,"
+        " %(ttl)s::float8) as result",
+        {"queue": text(queue, "queue"), "receipt": text(receipt, "receipt"),
+         "result": Jsonb(result), "ttl": seconds_or_none(ttl, "ttl")},
+        as_bool,
+    )
+
+
+def _chord_ids(columns: Columns, rows: Rows) -> tuple[int, list[int]]:
+    chord, members = rows[0]
+    return int(chord), [int(i) for i in members]
+
+
+def send_chord(
+    members: Sequence[Mapping[str, Any]], callback_queue: str, callback: Mapping[str, Any]
+) -> Call[tuple[int, list[int]]]:
+    return Call(
+        "select chord_id, message_ids from queue_pg.send_chord(%(members)s::jsonb,"
+        " %(callback_queue)s::text, %(callback)s::jsonb)",
+        {"members": Jsonb(list(members)), "callback_queue": text(callback_queue, "queue"),
+         "callback": Jsonb(dict(callback))},
+        _chord_ids,
+    )
+
+
 def fail_task(queue: str, receipt: str, reason: str, ttl: Seconds) -> Call[bool]:
     return Call(
         "select queue_pg.fail_task(%(queue)s, %(receipt)s::text, %(reason)s::text,"
@@ -484,10 +511,11 @@ def redrive(dlq: str, to: str | None = None, limit: int | None = None) -> Call[i
     )
 
 
-def cancel_message(queue: str, id: int) -> Call[bool]:
+def cancel_message(queue: str, id: int, terminate: bool = False) -> Call[bool]:
     return Call(
-        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint) as result",
-        {"queue": text(queue, "queue"), "id": integer(id, "id")},
+        "select queue_pg.cancel_message(%(queue)s, %(id)s::bigint, %(terminate)s::boolean)"
+        " as result",
+        {"queue": text(queue, "queue"), "id": integer(id, "id"), "terminate": bool(terminate)},
         as_bool,
     )
 

@@ -284,6 +284,26 @@ class AsyncClient(AsyncClientBase):
         max_message_size."""
         return await self._run(_ops.complete_task(queue, receipt, result, ttl), conn)
 
+    async def complete_step(
+        self, queue: str, receipt: str, result: JSON, ttl: Seconds | None = None, *,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        """Delete a finished job of a chain or chord (its result kept for ``ttl`` seconds when
+        given) and, in the same transaction, send the chain's next step with ``result``, or
+        the chord's callback when it was the last member; False, and nothing done, if the
+        message was gone already."""
+        return await self._run(_ops.complete_step(queue, receipt, result, ttl), conn)
+
+    async def send_chord(
+        self, members: Sequence[Mapping[str, Any]], callback_queue: str,
+        callback: Mapping[str, Any], *, conn: AsyncConnection | None = None,
+    ) -> tuple[int, list[int]]:
+        """Send ``members`` (``{"queue", "body", "attributes"}`` each) and record them with
+        ``callback`` (``{"task", "args", "kwargs"}``), sent to ``callback_queue`` with the list
+        of their results once all succeeded; (chord id, member message ids). In ``conn``'s
+        transaction when given."""
+        return await self._run(_ops.send_chord(members, callback_queue, callback), conn)
+
     async def fail_task(
         self, queue: str, receipt: str, reason: str, ttl: Seconds = 86400, *,
         conn: AsyncConnection | None = None,
@@ -387,11 +407,14 @@ class AsyncClient(AsyncClientBase):
         return await self._run(_ops.redrive(dlq, to, limit), conn)
 
     async def cancel_message(
-        self, queue: str, id: int, *, conn: AsyncConnection | None = None
+        self, queue: str, id: int, *, terminate: bool = False,
+        conn: AsyncConnection | None = None,
     ) -> bool:
         """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
-        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
-        return await self._run(_ops.cancel_message(queue, id), conn)
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on).
+        ``terminate``: a running one too; its worker's next heartbeat is refused, and a
+        process pool kills the run."""
+        return await self._run(_ops.cancel_message(queue, id, terminate), conn)
 
     async def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: AsyncConnection | None = None

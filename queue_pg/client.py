@@ -281,6 +281,26 @@ class Client(ClientBase):
         max_message_size."""
         return self._run(_ops.complete_task(queue, receipt, result, ttl), conn)
 
+    def complete_step(
+        self, queue: str, receipt: str, result: JSON, ttl: Seconds | None = None, *,
+        conn: Connection | None = None,
+    ) -> bool:
+        """Delete a finished job of a chain or chord (its result kept for ``ttl`` seconds when
+        given) and, in the same transaction, send the chain's next step with ``result``, or
+        the chord's callback when it was the last member; False, and nothing done, if the
+        message was gone already."""
+        return self._run(_ops.complete_step(queue, receipt, result, ttl), conn)
+
+    def send_chord(
+        self, members: Sequence[Mapping[str, Any]], callback_queue: str,
+        callback: Mapping[str, Any], *, conn: Connection | None = None,
+    ) -> tuple[int, list[int]]:
+        """Send ``members`` (``{"queue", "body", "attributes"}`` each) and record them with
+        ``callback`` (``{"task", "args", "kwargs"}``), sent to ``callback_queue`` with the list
+        of their results once all succeeded; (chord id, member message ids). In ``conn``'s
+        transaction when given."""
+        return self._run(_ops.send_chord(members, callback_queue, callback), conn)
+
     def fail_task(
         self, queue: str, receipt: str, reason: str, ttl: Seconds = 86400, *,
         conn: Connection | None = None,
@@ -384,11 +404,14 @@ class Client(ClientBase):
         return self._run(_ops.redrive(dlq, to, limit), conn)
 
     def cancel_message(
-        self, queue: str, id: int, *, conn: Connection | None = None
+        self, queue: str, id: int, *, terminate: bool = False,
+        conn: Connection | None = None,
     ) -> bool:
         """Revoke a job that has not started: delete message ``id`` of ``queue`` unless a
-        consumer holds it now (True: deleted; False: not there, or running, and it runs on)."""
-        return self._run(_ops.cancel_message(queue, id), conn)
+        consumer holds it now (True: deleted; False: not there, or running, and it runs on).
+        ``terminate``: a running one too; its worker's next heartbeat is refused, and a
+        process pool kills the run."""
+        return self._run(_ops.cancel_message(queue, id, terminate), conn)
 
     def redrive_message(
         self, dlq: str, id: int, *, to: str | None = None, conn: Connection | None = None

@@ -157,6 +157,28 @@ def test_enqueue_joins_atomic_and_autocommits_outside(
     assert [m[0] for m in messages(project)] == [msg_id, later]
 
 
+def test_a_request_outside_atomic_commits_its_enqueue_by_itself(
+    project: str, client: queue_pg.Client
+) -> None:
+    """Through the test client: a view that enqueues outside atomic() (ATOMIC_REQUESTS off) on
+    Django's connection, in autocommit: the job is there for every other session as soon as the
+    enqueue returns, and stays when the request fails after it."""
+    from django.db import connection
+    from django.test import Client
+
+    response = Client().post("/signup/7/resend/")
+    assert response.status_code == 202, response.content
+    first = response.json()["message_id"]
+    assert messages(project) == [
+        (first, {"task": "signups.tasks.send_welcome", "args": [7], "kwargs": {}})]
+    assert connection.get_autocommit() and not connection.in_atomic_block
+
+    failing = Client(raise_request_exception=False).post("/signup/8/resend/", {"fail": "1"})
+    assert failing.status_code == 500
+    [(_, kept)] = messages(project)[1:]
+    assert kept["args"] == [8]  # committed before the failure: nothing rolled it back
+
+
 @pytest.mark.slow
 def test_worker_command_runs_the_jobs(
     project: str, client: queue_pg.Client, tmp_path: Path

@@ -374,3 +374,54 @@ def test_the_soft_limit_raises_inside_a_thread_and_frees_its_slot(
     assert seen == ["stopped: the task ran past its timeout", "after"]
     (m,) = dead_letters(client, "spin-dlq")
     assert "TaskTimeout: spin ran past its timeout of 0.3s" in m.attributes["dead_letter_reason"]
+
+
+def test_terminate_revokes_a_running_job_and_a_thread_is_told(
+    client: queue_pg.Client, clean: str, make_role: MakeRole  # noqa: F811
+) -> None:
+    """cancel_message(terminate): the running job's message goes; its heartbeat is refused, so
+    a thread-pool task sees job.cancelled (the process pool kills it:
+    tests/test_worker_processes.py). From the CLI and SQL too; still `manage` only."""
+    from click.testing import CliRunner
+
+    from queue_pg import cli
+
+    reg = Registry()
+    seen: list[str | None] = []
+
+    @queue_pg.task(queue="rt", name="loop", create=True, registry=reg, bind=True)
+    def loop(job: queue_pg.Job) -> None:
+        deadline = time.monotonic() + 30
+        while not job.cancelled and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(job.cancel_reason)
+
+    held = [loop.send([], client=client) for _ in range(2)]
+    received = client.receive("rt", 2, visibility_timeout=60)
+    assert sorted(m.id for m in received) == sorted(held)
+    stranger = make_role("stranger2", CONSUMER)
+    client.grant("rt", stranger.name, "receive")
+    with stranger.client() as c, pytest.raises(queue_pg.AccessDenied):
+        c.cancel_message("rt", held[0], terminate=True)
+    result = CliRunner().invoke(cli.main, ["--dsn", clean, "tasks", "revoke", "rt",
+                                           str(held[0]), "--terminate"])
+    assert result.exit_code == 0 and "revoked 1 job of rt" in result.output, result.output
+    with psycopg.connect(clean, autocommit=True) as c:
+        assert c.execute("SELECT queue_pg.cancel_message('rt', %s, terminate => true)",
+                         [held[1]]).fetchone() == (True,)
+    with pytest.raises((queue_pg.MessageNotFound, queue_pg.StaleReceipt)):
+        client.change_visibility("rt", received[0].receipt or "", 10)
+
+    running = loop.send([], client=client)
+    worker = Worker(client, ["rt"], reg, concurrency=1, wait=0.2, visibility_timeout=0.6)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        wait_until("running", lambda: client.stats("rt").in_flight == 1)
+        assert loop.revoke(running, client=client, terminate=True)
+        wait_until("the task told", lambda: seen, timeout=10)
+    finally:
+        worker.stop()
+        t.join(10)
+    assert seen == ["lease lost"]
+    assert client.stats("rt").visible == 0 and client.stats("rt").in_flight == 0

@@ -10,7 +10,6 @@ that dies; each process is a :class:`queue_pg.Worker`. A worker process whose su
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import multiprocessing
 import os
@@ -24,7 +23,7 @@ from types import FrameType
 from queue_pg.client import Client
 from queue_pg.errors import QueueError
 from queue_pg.jobs.backoff import Backoff
-from queue_pg.jobs.tasks import Registry, registry
+from queue_pg.jobs.tasks import import_tasks
 from queue_pg.jobs.worker import Worker
 
 __all__ = ["Supervisor", "WorkerConfig", "import_tasks", "run_worker", "setup_logging"]
@@ -55,15 +54,7 @@ class WorkerConfig:
     log_level: str
     job_log_level: str = "DEBUG"
     detect_crashes: bool = True
-
-
-def import_tasks(modules: tuple[str, ...]) -> Registry:
-    """Import the task modules (from the current folder too, as ``python -m`` would)."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    for name in modules:
-        importlib.import_module(name)
-    return registry
+    pool: str = "threads"
 
 
 #: Loggers that say nothing useful to a worker's reader unless something is wrong: the embedded
@@ -100,6 +91,7 @@ def run_worker(config: WorkerConfig, *, child: bool = False) -> None:
             wait=config.wait, backoff=Backoff(base=config.backoff_base, cap=config.backoff_cap),
             job_log_level=config.job_log_level,
             detect_crashes=config.detect_crashes,
+            pool=config.pool, modules=config.modules,
         )
         worker.run(signals=(signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT))
 

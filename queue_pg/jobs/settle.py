@@ -25,6 +25,7 @@ from queue_pg.errors import (
     NoDeadLetterQueue,
     StaleReceipt,
 )
+from queue_pg.jobs.canvas import CHORD_KEY, THEN_KEY, steps_left
 from queue_pg.jobs.job import ERROR_KEY, LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
 from queue_pg.jobs.plans import ClientCall, Plan
 from queue_pg.types import JSON, Message
@@ -105,14 +106,18 @@ def settle(
     (``fail_task``); a return value that is not JSON, or that the queue refuses as too large,
     fails the job so."""
     ttl = _result_ttl(job)
-    if ttl is not None and exc is None:
+    flow = _in_flow(job)
+    if (ttl is not None or flow) and exc is None:
         exc = _not_json_result(job, value)
     action, reason = decide(job, exc)
     q, r = job.queue, job.receipt
     try:
-        if action is Action.DELETE and ttl is not None:
+        if action is Action.DELETE and (ttl is not None or flow):
             try:
-                done = yield ClientCall("complete_task", (q, r, value, ttl))
+                if flow:  # and the chain's next step or the chord's callback, if it is due
+                    done = yield ClientCall("complete_step", (q, r, value, ttl))
+                else:
+                    done = yield ClientCall("complete_task", (q, r, value, ttl))
             except InvalidParameter as why:  # MessageTooLarge: the job failed, not the worker
                 exc = Reject(f"task {_name(job)}: its result was refused: {why}")
                 action, reason = decide(job, exc)
@@ -154,6 +159,25 @@ def settle(
     except Exception:
         logger.exception("could not settle %s; its lease brings it back", job.describe())
         return ""
+
+
+def _in_flow(job: BaseJob) -> bool:
+    """A job of a chain (steps left in its envelope) or a chord (a member): settled as a
+    success by complete_step, which moves them on (queue_pg.jobs.canvas)."""
+    body = job.body
+    return isinstance(body, dict) and (bool(body.get(THEN_KEY)) or CHORD_KEY in body)
+
+
+def _stopped_flow(job: BaseJob) -> str:
+    """What a job's failure for good stops, for its dead-letter reason ("" for none)."""
+    left = steps_left(job.body)
+    out = []
+    if left:
+        out.append(f"chain stopped: {', '.join(left)} not run (redrive this job to go on)")
+    if isinstance(job.body, dict) and CHORD_KEY in job.body:
+        out.append(f"chord {job.body[CHORD_KEY]} waits for this job: its callback runs once it"
+                   " succeeds (redrive it)")
+    return "; ".join(out)
 
 
 def _result_ttl(job: BaseJob) -> float | None:
@@ -233,7 +257,8 @@ def _reject(job: BaseJob, exc: BaseException, reason: str, delay: float) -> Plan
     ``delay``; any other refusal leaves it leased, its lease bringing it back; the log says why."""
     tb = None if isinstance(exc, Reject) else exc  # the traceback, once
     q = job.queue
-    reason = reason.replace("\x00", "\\x00")
+    stopped = _stopped_flow(job)  # first: SQL cuts a long reason at its end
+    reason = (f"{stopped}; {reason}" if stopped else reason).replace("\x00", "\\x00")
     ttl = _result_ttl(job)
     try:
         if ttl is None:

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import json
+import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import (
@@ -52,6 +55,7 @@ __all__ = [
     "STATE_KEY",
     "Periodic",
     "Registry",
+    "Signature",
     "Task",
     "TaskFailed",
     "TaskResult",
@@ -114,6 +118,11 @@ class Task:
     :class:`queue_pg.jobs.job.TaskTimeout`, retried as its policy says) whatever it does after, its
     late result ignored. asyncio cancels it; in a :class:`queue_pg.Worker` thread TaskTimeout
     is raised inside it at its next Python instruction (not while it waits in a C call).
+    ``time_limit``: the hard limit, in seconds, of the process pool (``pool="processes"``):
+    a run still going then has its process killed (SIGKILL), and the attempt failed with
+    TaskTimeout; default ``timeout`` + 2 s (:data:`queue_pg.jobs.pool.HARD_GRACE`). There,
+    ``timeout`` is raised inside the task by SIGALRM, even in a C call. The thread pool and
+    asyncio cannot kill: they enforce ``timeout`` only.
     ``backoff``: overrides the worker's. ``bind``: the function takes the job (checkpoint,
     state, cancellation) as its first argument. Calling the task runs the function here.
 
@@ -148,6 +157,7 @@ class Task:
         backoff: Backoff | None = None,
         bind: bool = False,
         registry: Registry | None = None,
+        time_limit: Seconds | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
         create: bool = False,
@@ -164,6 +174,13 @@ class Task:
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.retries = retries
         self.timeout = None if timeout is None else seconds(timeout)
+        self.time_limit = None if time_limit is None else seconds(time_limit)
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValueError(f"time_limit = {self.time_limit}: need > 0 seconds")
+        if self.time_limit is not None and self.timeout is not None and (
+                self.time_limit <= self.timeout):
+            raise ValueError(f"time_limit = {self.time_limit:g} must be above timeout ="
+                             f" {self.timeout:g}: the soft limit comes first")
         self.backoff = backoff
         self.bind = bind
         self.registry = registry if registry is not None else _default_registry()
@@ -243,17 +260,19 @@ class Task:
         session: SessionLike | None = None,
         client: Client | None = None,
         ttl: Seconds | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> TaskResult:
         """Enqueue one run; returns the message id, a :class:`TaskResult` (an int) that reads
         its result when the task has ``store_result``. With ``conn`` (a psycopg connection) or
         ``session`` (a SQLAlchemy Session or Connection) the message is part of the caller's
         transaction; with neither, of the registry's ``connection()`` if it has one (Django's).
-        Arguments must be JSON and fit the function (else TypeError now, not in the worker)."""
+        Arguments must be JSON and fit the function (else TypeError now, not in the worker).
+        ``extra``: more envelope keys (a chain's ``then``, see :mod:`queue_pg.jobs.canvas`)."""
         body = self.envelope(args, kwargs or {})
+        if extra:
+            body.update(extra)
         attributes = {"type": self.name}
-        conn = join(conn, session)
-        if conn is None and client is None and self.registry.connection is not None:
-            conn = self.registry.connection()
+        conn = self.joined(conn, session, client)
         if client is None and conn is not None and self.registry.client is None:
             on = conn
 
@@ -270,6 +289,23 @@ class Task:
                           conn=conn)
 
         return TaskResult(self._declaring(conn, send, c), self, client)
+
+    def joined(
+        self, conn: psycopg.Connection[Any] | None, session: SessionLike | None,
+        client: Client | None,
+    ) -> psycopg.Connection[Any] | None:
+        """The connection whose transaction an enqueue joins: ``conn``, ``session``'s, else
+        (no ``client`` either) the registry's ``connection()`` (Django's), else None."""
+        conn = join(conn, session)
+        if conn is None and client is None and self.registry.connection is not None:
+            conn = self.registry.connection()
+        return conn
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature: this task with these arguments, for :func:`queue_pg.chain`,
+        :func:`queue_pg.group` and :func:`queue_pg.chord` (a chain's later steps get the
+        previous result appended to them)."""
+        return Signature(self, args, kwargs)
 
     def _limited(self, conn: psycopg.Connection[Any] | None, client: Client | None) -> None:
         """A ``max_running`` task's limit in place before its message is sent (see
@@ -366,11 +402,16 @@ class Task:
             raise ValueError(f"expires = {expires!r}: already passed")
         return self.send(args, kwargs, delay=delay, ttl=ttl, conn=conn, session=session)
 
-    def revoke(self, message_id: int, *, client: Client | None = None) -> bool:
+    def revoke(
+        self, message_id: int, *, client: Client | None = None, terminate: bool = False
+    ) -> bool:
         """Cancel a run that has not started (the id ``enqueue`` returned): True if it was
-        deleted; False if it is gone or running (it runs on). Needs ``manage`` on the queue."""
+        deleted; False if it is gone or running (it runs on). ``terminate``: a running one
+        too: its lease ends, a process-pool worker kills it, a thread is told
+        (``job.cancelled``). Needs ``manage`` on the queue."""
         c = client or self.registry.default_client()
-        return any(c.cancel_message(q, message_id) for q in sorted(self.runs_from))
+        return any(c.cancel_message(q, message_id, terminate=terminate)
+                   for q in sorted(self.runs_from))
 
     # --- running (called by the workers) ----------------------------------------------------------
 
@@ -399,6 +440,44 @@ class Task:
     def _in_context(self, *args: Any, **kwargs: Any) -> Any:
         with self.registry.job_context():
             return self.func(*args, **kwargs)
+
+
+class Signature:
+    """A task and some of its arguments (``task.s(1, x=2)``): run by itself (:meth:`delay`),
+    or as a step of a chain, a member of a group or chord, or a chord's callback."""
+
+    def __init__(self, task: Task, args: Sequence[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None) -> None:
+        self.task = task
+        self.args = list(args)
+        self.kwargs = dict(kwargs or {})
+
+    def __repr__(self) -> str:
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.task.name}.s({', '.join(shown)})"
+
+    def step(self) -> dict[str, Any]:
+        """This signature as a step in an envelope (the next result is appended to its args)."""
+        return {"queue": self.task.queue, "task": self.task.name, "args": self.args,
+                "kwargs": self.kwargs}
+
+    def check_takes_one_more(self, what: str) -> None:
+        """TypeError now unless the task takes these arguments and one more (the previous
+        step's result), and they are JSON."""
+        try:
+            self.task.envelope([*self.args, None], self.kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{what} {self!r} must take one more argument (the result it is"
+                            f" given): {exc}") from None
+
+    def apply_async(
+        self, *, conn: psycopg.Connection[Any] | None = None, session: SessionLike | None = None,
+        client: Client | None = None,
+    ) -> TaskResult:
+        return self.task.send(self.args, self.kwargs, conn=conn, session=session, client=client)
+
+    def delay(self) -> TaskResult:
+        return self.apply_async()
 
 
 #: The statuses of a run that finished.
@@ -789,6 +868,16 @@ def _default_registry() -> Registry:
     return registry
 
 
+def import_tasks(modules: Sequence[str]) -> Registry:
+    """Import the task modules (from the current folder too, as ``python -m`` would); the
+    default registry they register into."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        importlib.import_module(name)
+    return registry
+
+
 def set_client(client: Client | None) -> None:
     """The client tasks of the default registry enqueue with."""
     registry.set_client(client)
@@ -803,6 +892,7 @@ def task(
     name: str | None = ...,
     retries: int | None = ...,
     timeout: Seconds | None = ...,
+    time_limit: Seconds | None = ...,
     backoff: Backoff | None = ...,
     bind: bool = ...,
     registry: Registry | None = ...,
@@ -825,6 +915,7 @@ def task(
     name: str | None = None,
     retries: int | None = DEFAULT_RETRIES,
     timeout: Seconds | None = None,
+    time_limit: Seconds | None = None,
     backoff: Backoff | None = None,
     bind: bool = False,
     registry: Registry | None = None,
@@ -850,7 +941,8 @@ def task(
 
     def wrap(f: Callable[..., Any]) -> Task:
         return Task(f, queue=DEFAULT_QUEUE if queue is None else queue, name=name,
-                    retries=retries, timeout=timeout, backoff=backoff, bind=bind,
+                    retries=retries, timeout=timeout, time_limit=time_limit,
+                    backoff=backoff, bind=bind,
                     registry=registry, schedule=schedule, tz=tz,
                     create=create or queue is None, settings=settings, max_running=max_running,
                     rate_limit=rate_limit, store_result=store_result, result_ttl=result_ttl)

@@ -54,8 +54,10 @@ from queue_pg.jobs.job import (
 )
 from queue_pg.jobs.periodic import Scheduler
 from queue_pg.jobs.plans import Outcome, Plan
+from queue_pg.jobs.pool import POOLS, ChildDied, ProcessSlot
 from queue_pg.jobs.pulse import REAP_INTERVAL
 from queue_pg.jobs.settle import Beat, beat, settle
+from queue_pg.jobs.tasks import Registry
 from queue_pg.jobs.worker_loop import (
     GATHER,
     STATUS_INTERVAL,
@@ -106,6 +108,12 @@ class Worker(WorkerBase["Client", SyncHandler]):
     that when its process dies its leases end within seconds instead of lapsing (behind a
     transaction pooler by its heartbeat alone); :attr:`crash_detection` says whether it is on now.
 
+    ``pool="processes"``: each handler thread runs its tasks in a child process of its own
+    (:mod:`queue_pg.jobs.pool`), which imports ``modules`` (and each task's own module): a run past
+    its task's hard limit (``time_limit``, else ``timeout`` + 2 s) or whose lease is lost (a
+    revoke with ``terminate``) is killed with SIGKILL and its child replaced; the attempt has
+    failed, as when a child dies by itself. It needs a registry of tasks, not a handler.
+
     The client's pool should have ``concurrency + 2`` connections (receive, heartbeat, one per
     handler thread), one more with periodic tasks (the scheduler). Expired messages are swept
     by the client's own ``sweep_interval``.
@@ -113,9 +121,30 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     default_concurrency = 4
 
+    def __init__(
+        self,
+        client: Client,
+        queues: str | Sequence[str],
+        handler: SyncHandler | Registry,
+        *,
+        pool: str = "threads",
+        modules: Sequence[str] = (),
+        **options: Any,
+    ) -> None:
+        if pool not in POOLS:
+            raise ValueError(f"pool = {pool!r}: choose {' or '.join(map(repr, POOLS))}")
+        if pool == "processes" and not isinstance(handler, Registry):
+            raise TypeError("pool='processes' runs the tasks of a registry, not a handler")
+        self.pool = pool
+        self._modules = tuple(modules)
+        super().__init__(client, queues, handler, **options)
+
     def _setup(self) -> None:
         if inspect.iscoroutinefunction(self._handler):
             raise TypeError("an async handler needs AsyncWorker (Worker runs plain functions)")
+        #: One child process per handler thread under pool="processes" (queue_pg.jobs.pool).
+        self._slots = [ProcessSlot(self._modules, i) for i in range(self.settings.concurrency)
+                       ] if self.pool == "processes" else []
         self._cond = threading.Condition()
         self._running: set[Job] = set()
         self._inbox: SimpleQueue[Job | None] = SimpleQueue()
@@ -244,7 +273,9 @@ class Worker(WorkerBase["Client", SyncHandler]):
         # Daemon threads: a handler still running after the grace period must not keep the
         # process alive; its lease brings the message back.
         for i in range(self.settings.concurrency):
-            t = threading.Thread(target=self._serve, name=f"queue_pg-worker-{i}", daemon=True)
+            slot = self._slots[i] if self._slots else None
+            t = threading.Thread(target=self._serve, args=(slot,), name=f"queue_pg-worker-{i}",
+                                 daemon=True)
             t.start()
             self._threads.append(t)
         threading.Thread(target=self._heartbeat, name="queue_pg-heartbeat", daemon=True).start()
@@ -281,14 +312,26 @@ class Worker(WorkerBase["Client", SyncHandler]):
         for t in self._threads:
             t.join(0.05)
 
-    def _serve(self) -> None:
+    def _serve(self, slot: ProcessSlot | None) -> None:
+        if slot is not None:
+            try:
+                slot.ensure()  # the children start with the worker, not at the first job
+            except Exception as exc:
+                logger.error("child process %d did not start: %s", slot.index, exc)
+        try:
+            self._serve_jobs(slot)
+        finally:
+            if slot is not None:
+                slot.kill()
+
+    def _serve_jobs(self, slot: ProcessSlot | None) -> None:
         while True:
             job = self._inbox.get()
             if job is None:
                 return
             token = job_var.set(job)
             try:
-                self._handle(job)
+                self._handle(job, slot)
             except BaseException:  # never lose the slot, whatever a handler did
                 logger.exception("internal error handling message %s", job.id)
             finally:
@@ -303,13 +346,15 @@ class Worker(WorkerBase["Client", SyncHandler]):
                     if free == self.settings.concurrency or (free == 1 and self._want_first):
                         self._cond.notify_all()
 
-    def _handle(self, job: Job) -> None:
+    def _handle(self, job: Job, slot: ProcessSlot | None = None) -> None:
         exc: BaseException | None = None
         value: Any = None
         at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
-            if task is not None:
+            if task is not None and slot is not None:
+                value = slot.run(job, task, args, kwargs)
+            elif task is not None:
                 if task.timeout is None:
                     value = task.run_sync(job, args, kwargs)
                 else:
@@ -325,6 +370,9 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 self._handler(job)
         except Exception as e:
             exc = e
+            if slot is not None and isinstance(e, (TaskTimeout, ChildDied)) and (
+                    slot.proc is None):
+                logger.warning("%s: %s; a new process replaces it", job.describe(), e)
         joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
@@ -336,6 +384,11 @@ class Worker(WorkerBase["Client", SyncHandler]):
             return
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
         self.stats.add(run_plan(self.client, plan))
+        if slot is not None and slot.proc is None and not self._stop_requested:
+            try:  # the killed (or dead) child's replacement, before the slot takes a job
+                slot.ensure()
+            except Exception as e:
+                logger.error("child process %d did not start: %s", slot.index, e)
 
     def _time_out(self, job: Job) -> None:
         """A job past its task's timeout: failed now (retried as the task says), whatever its

@@ -36,6 +36,10 @@ def _n(count: int, one: str, many: str | None = None) -> str:
               help="Queue to work on (repeatable). Default: the queues of the imported tasks.")
 @click.option("-c", "--concurrency", type=click.IntRange(1), default=4, show_default=True,
               help="Handler threads per process.")
+@click.option("--pool", type=click.Choice(["threads", "processes"]), default="threads",
+              show_default=True, help="Where tasks run: in the handler threads, or each"
+              " thread's child process (killed at a task's hard time limit or on a revoke"
+              " with --terminate, and replaced).")
 @click.option("-p", "--processes", type=click.IntRange(1), default=1, show_default=True,
               help="Worker processes.")
 @click.option("--dsn", metavar="DSN",
@@ -68,6 +72,7 @@ def worker_command(
     modules: tuple[str, ...],
     queues: tuple[str, ...],
     concurrency: int,
+    pool: str,
     processes: int,
     dsn: str | None,
     batch_size: int | None,
@@ -104,11 +109,12 @@ def worker_command(
         batch_size=batch_size, visibility_timeout=visibility_timeout,
         heartbeat_interval=heartbeat_interval, grace_period=grace_period, wait=wait,
         backoff_base=backoff_base, backoff_cap=backoff_cap, log_level=log_level,
-        job_log_level=job_log_level, detect_crashes=detect_crashes,
+        job_log_level=job_log_level, detect_crashes=detect_crashes, pool=pool,
     )
     logger.info(
-        "queue-pg worker: %s x %s on %s; %s; %s (%s)",
-        _n(processes, "process", "processes"), _n(concurrency, "thread"), ", ".join(chosen),
+        "queue-pg worker: %s x %s%s on %s; %s; %s (%s)",
+        _n(processes, "process", "processes"), _n(concurrency, "thread"),
+        " (a child process each)" if pool == "processes" else "", ", ".join(chosen),
         _n(len(tasks.tasks), "task"), safe_dsn(resolved), source,
     )
     if processes == 1:

@@ -76,3 +76,5 @@ DROP FUNCTION IF EXISTS queue_pg._current_lease(bigint, integer, integer, timest
 DROP FUNCTION IF EXISTS queue_pg.stats(text);
 -- revision 0023 (duplicate budget): alter_tuning's `duplicate_budget`
 DROP FUNCTION IF EXISTS queue_pg.alter_tuning(text, text, boolean, double precision, double precision, text[]);
+-- issue 35 (revoke a running job): cancel_message's `terminate`
+DROP FUNCTION IF EXISTS queue_pg.cancel_message(text, bigint);

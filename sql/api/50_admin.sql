@@ -278,7 +278,11 @@ END $$;
 -- its lease now (a released retry waiting out its backoff has not started). True if deleted;
 -- false if the queue holds no such message, or it runs: a lease is never taken away. Its history
 -- row says 'purged', a purge of one.
-CREATE OR REPLACE FUNCTION queue_pg.cancel_message(queue text, id bigint) RETURNS boolean
+-- Revoke: delete a message that has not started (waiting, delayed, or waiting out a retry's
+-- backoff); with terminate, one a consumer holds now too: its next heartbeat or settle is
+-- refused (a worker's process pool then kills the run).
+CREATE OR REPLACE FUNCTION queue_pg.cancel_message(queue text, id bigint, terminate boolean DEFAULT false)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     q queue_pg.queues := queue_pg._queue(queue, 'manage');
@@ -287,6 +291,9 @@ DECLARE
 BEGIN
     IF id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'id = NULL is invalid: name a message id';
+    END IF;
+    IF terminate IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003', MESSAGE = 'terminate = NULL is invalid: true or false';
     END IF;
     IF q.fifo THEN  -- the group's row first, as a send locks it (the delete trigger moves it on)
         PERFORM 1 FROM queue_pg.fifo_groups f
@@ -297,7 +304,7 @@ BEGIN
     END IF;
     DELETE FROM queue_pg.messages t
     WHERE t.id = cancel_message.id AND t.queue_id = q.id
-      AND NOT (t.visible_at > at AND t.last_received_at IS NOT NULL AND NOT t.released)
+      AND (terminate OR NOT (t.visible_at > at AND t.last_received_at IS NOT NULL AND NOT t.released))
     RETURNING t.* INTO gone;
     IF gone.id IS NULL THEN
         RETURN false;

@@ -162,10 +162,10 @@ BEGIN
                                                     '_in_flight_messages', '_dead_letters', '_tuning_log',
                                                     '_schedules')) AS entry,
                CASE
-                   WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged', 'azure_put') THEN ARRAY['queue_pg_producer']
+                   WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged', 'azure_put', 'send_chord') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
                                       'change_visibility', 'update_message', 'dead_letter', 'peek',
-                                      'azure_update', 'complete_task', 'fail_task',
+                                      'azure_update', 'complete_task', 'fail_task', 'complete_step',
                                       'message_groups', 'message_details',
                                       -- consumers that can be seen to die (34_consumers.sql)
                                       'register_consumer', 'reap_consumers', 'consumer_heartbeat')

@@ -5,4 +5,5 @@ from signups import views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("signup/", views.signup),
+    path("signup/<int:signup_id>/resend/", views.resend),
 ]

@@ -27,3 +27,14 @@ def signup(request: HttpRequest) -> JsonResponse:
     except IntegrityError:
         return JsonResponse({"error": "already signed up"}, status=409)
     return JsonResponse({"id": signup.id, "message_id": message_id}, status=201)
+
+
+@csrf_exempt
+@require_POST
+def resend(request: HttpRequest, signup_id: int) -> JsonResponse:
+    """Enqueue the welcome job again, outside any atomic(): the enqueue commits by itself, at
+    once, like any autocommit write, so it stays even if the request fails after it."""
+    message_id = send_welcome.delay(signup_id)
+    if request.POST.get("fail"):
+        raise RuntimeError("failed after the enqueue")
+    return JsonResponse({"message_id": message_id}, status=202)

@@ -117,11 +117,14 @@ def retry(state: State, ids: tuple[int, ...], every: bool, dlq: str | None) -> N
 @tasks_command.command("revoke")
 @click.argument("queue")
 @click.argument("ids", nargs=-1, type=int, required=True)
+@click.option("--terminate", is_flag=True, help="Running jobs too: deleted, and a worker with"
+              " --pool processes kills the run (threads are told: job.cancelled).")
 @pass_state
-def revoke(state: State, queue: str, ids: tuple[int, ...]) -> None:
+def revoke(state: State, queue: str, ids: tuple[int, ...], terminate: bool) -> None:
     """Cancel jobs of QUEUE that have not started (by message id): deleted unless a worker runs
-    them now (those run on)."""
-    left = [str(i) for i in ids if not state.client.cancel_message(queue, i)]
+    them now (those run on, unless --terminate)."""
+    left = [str(i) for i in ids
+            if not state.client.cancel_message(queue, i, terminate=terminate)]
     done = len(ids) - len(left)
     out().print(f"revoked {done} job{'s' * (done != 1)} of {shown(queue)}")
     if left:
