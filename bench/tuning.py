@@ -853,6 +853,18 @@ def run_timed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _by_type(rows: list[dict[str, Any]]) -> str:
+    """Mean failure-to-redelivery per type of the failed message, the seeds pooled."""
+    pooled: dict[str, list[float]] = {}  #: type -> [count, sum]
+    for r in rows:
+        for key, g in r["recovery_by"].items():
+            acc = pooled.setdefault(key.split("/")[0], [0.0, 0.0])
+            acc[0] += g["crashes"]
+            acc[1] += g["crashes"] * g["mean_s"]
+    return ", ".join(f"{t} {total / n:.2f} ({n:.0f})" for t, (n, total) in sorted(pooled.items())
+                     if n) or "-"
+
+
 def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
                     machine: dict[str, Any]) -> str:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -873,11 +885,11 @@ def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
                       f"{100 * sum(r['wasted_s'] for r in rs) / work:.2f} %" if work else "-",
                       sum(r["crashes"] for r in rs), sum(r["unrecovered"] for r in rs),
                       _fmt(statistics.fmean(rec) if rec else None),
-                      _fmt(_p99(rec) if rec else None)])
+                      _fmt(_p99(rec) if rec else None), _by_type(rs)])
     body = markdown_table(
         ["mix", "backlog", "failure", "set-up", "lease(s)", "predicted dup / million", "seeds",
          "finished", "duplicates", "dup / 1,000", "wasted work", "failed", "not back",
-         "recovery mean s", "p99 s"], table, "lrllllrrrrrrrrr")
+         "recovery mean s", "p99 s", "mean s by type"], table, "lrllllrrrrrrrrrl")
     return (f"# Visibility timeout set-ups at equal duplicate risk (timed runs)\n\n"
             f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
             f"{machine_line(machine)}\n\n"
