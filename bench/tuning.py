@@ -32,6 +32,14 @@ Set-ups:
 The heartbeating consumers do the same in every set-up (their lease is their own), so what
 tells the set-ups apart is what happens to the work of the consumers that do not heartbeat.
 
+Timed runs (``--seconds``, the comparison at equal duplicate risk in docs/timeouts.md): a matrix
+of mixes x backlogs (``--backlog``: about that many messages kept visible, so a redelivery waits
+behind them) x failures (``--failure hang``: the consumer lives on and neither deletes nor renews
+the message, so only the lease ends it; ``crash``: the process dies, a reap ends its leases) x
+seeds x set-ups, each for that many seconds, then no new failure and up to ``DRAIN_MAX`` for the
+failed messages to come back; duplicates, wasted work (finished runs whose delete was refused)
+and failure-to-redelivery times, the seeds pooled.
+
 Reported per set-up: duplicate deliveries of work that did not crash (a lease lapsed while its
 consumer still worked), mean and p99 seconds from a crash to the message's redelivery (overall,
 per type, and per kind of consumer that crashed), and throughput (messages finished per second

@@ -338,9 +338,10 @@ class StuckWatch:
             if known is None or now - known[0] >= LIMITS_TTL:
                 try:
                     rows = yield ClientCall("hung_limits", (queue,))
-                except Exception:  # read again next time; beats and the SQL limit go on
+                except Exception:  # none known until the next read; the SQL limit holds anyway
                     logger.debug("reading the hung-work limits of %s failed", plain(queue),
                                  exc_info=True)
+                    self._limits[queue] = (now, {})
                     continue
                 self._limits[queue] = (now, {r.type: (r.type_lease, r.stuck_after,
                                                       r.stopped_after) for r in rows})
