@@ -32,6 +32,14 @@ Set-ups:
 The heartbeating consumers do the same in every set-up (their lease is their own), so what
 tells the set-ups apart is what happens to the work of the consumers that do not heartbeat.
 
+Timed runs (``--seconds``, the comparison at equal duplicate risk in docs/timeouts.md): a matrix
+of mixes x backlogs (``--backlog``: about that many messages kept visible, so a redelivery waits
+behind them) x failures (``--failure hang``: the consumer lives on and neither deletes nor renews
+the message, so only the lease ends it; ``crash``: the process dies, a reap ends its leases) x
+seeds x set-ups, each for that many seconds, then no new failure and up to ``DRAIN_MAX`` for the
+failed messages to come back; duplicates, wasted work (finished runs whose delete was refused)
+and failure-to-redelivery times, the seeds pooled.
+
 Reported per set-up: duplicate deliveries of work that did not crash (a lease lapsed while its
 consumer still worked), mean and p99 seconds from a crash to the message's redelivery (overall,
 per type, and per kind of consumer that crashed), and throughput (messages finished per second
@@ -63,7 +71,13 @@ __all__ = ["SCENARIO", "Workload", "run", "run_setup"]
 
 RESULT_NAME = "tuning"
 SCALE = 0.1  #: real seconds per workload second: SQS's 30 s default becomes 3 s
-SETUPS = ("sqs-default", "best-fixed", "equal-risk", "auto-tune", "per-type", "routing")
+SETUPS = ("sqs-default", "best-fixed", "fixed-2x", "fixed-1x", "equal-risk", "auto-tune",
+          "per-type", "routing")
+#: the set-ups of a timed run (``--seconds``): the fixed 6x / 2x / 1x p99 rules, the fixed timeout
+#: of the per-type leases' predicted risk, and the per-type leases of the duplicate budget
+TIMED_SETUPS = ("best-fixed", "fixed-2x", "fixed-1x", "equal-risk", "per-type")
+FIXED_MULTIPLES = {"fixed-2x": 2.0, "fixed-1x": 1.0}
+DRAIN_MAX = 60.0  #: seconds a timed run waits after its end for failed work to come back
 DLQ = "jobs-dlq"
 MAX_RECEIVES = 5
 #: The mixes of types (``--mix``): slow share and median, medium share and median (seconds).
@@ -115,6 +129,16 @@ class Workload:
     fast_sigma: float | None = None  #: per type (None: sigma)
     slow_sigma: float | None = None
     tail: str = "lognormal"  #: or "pareto" (alpha PARETO_ALPHA, cut at PARETO_CAP x median)
+    #: what a failing delivery does: "crash" (its consumer's process dies: the session ends, a
+    #: reap can end its leases) or "hang" (the consumer stops working on the message and never
+    #: deletes nor heartbeats it, but its process and session live on: only the lease ends it)
+    failure: str = "crash"
+    #: keep about this many messages visible (topped up every 50 ms) instead of sending at
+    #: ``rate``: a redelivered message waits behind them (None: send at ``rate``)
+    backlog: int | None = None
+    #: run for this many seconds (then inject no more failures and wait up to DRAIN_MAX for the
+    #: failed work to come back) instead of until ``messages`` are finished (None)
+    seconds: float | None = None
 
     def types(self, seed: int | None = None, n: int | None = None) -> list[str]:
         rng = random.Random(self.seed if seed is None else seed)
@@ -224,6 +248,9 @@ class Outcome:
     #: the leases' duplicates per million deliveries predicted from the workload's
     #: distributions (None: leases that change during the run)
     predicted_dpm: float | None = None
+    wasted: float = 0.0  #: seconds of finished runs whose delete was refused (a lapsed lease)
+    work: float = 0.0  #: seconds of all runs (finished or not)
+    unrecovered: int = 0  #: failed deliveries not delivered again by the end (timed runs)
 
     def row(self) -> dict[str, Any]:
         rec = sorted(self.recovery)
@@ -238,6 +265,9 @@ class Outcome:
             "recovery_mean_s": statistics.fmean(rec) if rec else None,
             "recovery_p99_s": _p99(rec) if rec else None,
             "throughput_per_s": self.messages / self.seconds if self.seconds else None,
+            "wasted_s": self.wasted,
+            "work_s": self.work,
+            "unrecovered": self.unrecovered,
             "seconds": self.seconds,
             "timeout_path": self.timeout_path,
             "recovery_by": {
@@ -289,7 +319,7 @@ def predicted_risk(setup: str, client: queue_pg.Client, w: Workload) -> float | 
     distributions (None: leases that change during the run, or a queue per type)."""
     if setup == "per-type":
         return 1e6 * w.risk(type_leases(client, w))
-    if setup in ("sqs-default", "best-fixed", "equal-risk"):
+    if setup in ("sqs-default", "best-fixed", "equal-risk", *FIXED_MULTIPLES):
         return 1e6 * w.risk(dict.fromkeys(w.shares(), client.get_queue("jobs").visibility_timeout))
     return None
 
@@ -307,6 +337,10 @@ def _prepare(client: queue_pg.Client, conn: Any, setup: str, w: Workload) -> tup
     _history(conn, "jobs", types, works)
     if setup == "best-fixed":
         fixed = max(1.0, math.ceil(6 * w.quantile(0.99)))
+        client.alter_queue("jobs", visibility_timeout=fixed)
+        return ["jobs"], f"{fixed:g} s"
+    if setup in FIXED_MULTIPLES:
+        fixed = round(FIXED_MULTIPLES[setup] * w.quantile(0.99), 3)
         client.alter_queue("jobs", visibility_timeout=fixed)
         return ["jobs"], f"{fixed:g} s"
     if setup == "equal-risk":
@@ -346,9 +380,21 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
         predicted = predicted_risk(setup, client, w)
         began = time.monotonic()
 
+        sent = 0
+
         def produce() -> None:
             """At the workload's rate, in batches of 10: a queue that keeps up, so a redelivery
-            waits for its lease, not for a backlog."""
+            waits for its lease, not for a backlog. With ``w.backlog``: about that many visible."""
+            nonlocal sent
+            if w.backlog is not None:
+                while not done.is_set() and sent < w.messages:
+                    n = min(w.backlog - client.stats("jobs").visible, w.messages - sent)
+                    if n > 0:
+                        client.send_batch("jobs", list(range(sent, sent + n)),
+                                          attributes=[{"type": t} for t in types[sent:sent + n]])
+                        sent += n
+                    done.wait(0.05)
+                return
             for start in range(0, w.messages, 10):
                 due = began + start / w.rate
                 time.sleep(max(0.0, due - time.monotonic()))
@@ -378,8 +424,12 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
             reg = db.connect(dsn)
             return reg, client.register_consumer(reg)
 
+        wasted = 0.0
+        work_total = 0.0
+        closing = threading.Event()  #: a timed run's end: no more failures
+
         def consume(me: int) -> None:
-            nonlocal duplicates, crashes
+            nonlocal duplicates, crashes, wasted, work_total
             turn = me
             beat = me < w.heartbeating
             kind = "heartbeat" if beat else "no heartbeat"
@@ -402,23 +452,30 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
                         recovery.append(now - at)
                         recovery_by.setdefault((types[i], who), []).append(now - at)
                     working[i] = working.get(i, 0) + 1
-                share = w.crashes(i, m.receive_count)
-                work(queue, m.receipt or "", works[i] * (share if share is not None else 1.0), beat)
+                share = None if closing.is_set() else w.crashes(i, m.receive_count)
+                spent = works[i] * (share if share is not None else 1.0)
+                work(queue, m.receipt or "", spent, beat)
                 with lock:
+                    work_total += spent
                     working[i] -= 1
                     if share is not None:
                         crashes += 1
                         crashed_at[i] = (time.monotonic(), kind)
                 if share is not None:
-                    if reg is not None:  # the process dies with its session; a new one starts
+                    if reg is not None and w.failure == "crash":
+                        # the process dies with its session; a new one starts (a hung consumer's
+                        # process and session live on: nothing ends its lease early)
                         reg.close()
                         reg, consumer = register()
                     continue
                 try:
-                    if not client.delete(queue, m.receipt or ""):
-                        continue  # dead-lettered meanwhile: counted as such
+                    deleted = client.delete(queue, m.receipt or "")
                 except queue_pg.StaleReceipt:
-                    continue  # its lease lapsed and another consumer has it: that one finishes
+                    deleted = False  # its lease lapsed and another consumer has it
+                if not deleted:  # (or it was dead-lettered meanwhile: counted as such)
+                    with lock:
+                        wasted += spent
+                    continue
                 with lock:
                     finished.add(i)
                     if len(finished) == w.messages:
@@ -444,15 +501,20 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
             threads.append(threading.Thread(target=reap))
         for t in threads:
             t.start()
-        deadline = began + 300
+        deadline = began + (300 if w.seconds is None else w.seconds + DRAIN_MAX)
         dead = 0
         while not done.wait(0.5):
             dead = client.stats(DLQ).visible
+            if w.seconds is not None and time.monotonic() > began + w.seconds:
+                closing.set()
             with lock:
                 if len(finished) + dead >= w.messages:
                     done.set()
+                if closing.is_set() and not crashed_at:
+                    done.set()
             if time.monotonic() > deadline:
-                log(f"  {setup}: gave up after 300 s with {len(finished)} finished")
+                log(f"  {setup}: gave up after {deadline - began:g} s with {len(finished)}"
+                    f" finished, {len(crashed_at)} failed deliveries not back")
                 done.set()
         for t in threads:
             t.join()
@@ -462,7 +524,7 @@ def run_setup(dsn: str, setup: str, w: Workload, log: Callable[[str], None]) -> 
             path.extend(c.new_timeout for c in log_)
             label += " to " + " -> ".join(f"{x:g}" for x in path) + " s" if path else ""
     return Outcome(setup, label, len(finished), seconds, duplicates, crashes, dead, recovery,
-                   path, recovery_by, predicted)
+                   path, recovery_by, predicted, wasted, work_total, len(crashed_at))
 
 
 CONVERGE_MEDIAN = 0.5  #: seconds: the convergence runs' work (lognormal, sigma CONVERGE_SIGMA)
@@ -546,19 +608,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         " differs)")
     parser.add_argument("--only", default=None,
                         help="comma-separated set-ups to run (default all)")
-    parser.add_argument("--mix", choices=sorted(MIXES) + sorted(SHAPES), default=DEFAULT_MIX,
+    parser.add_argument("--mix", type=_mixes, default=DEFAULT_MIX,
                         help="the types of the queue (default rare-slow: 0.5%% slow, which a p99"
                         " of the whole queue misses; common-slow: 3%% slow; three-types: 2%%"
                         " medium and 0.5%% slow; bimodal: fast 40 ms median / 150 ms p99 and"
                         " slow 600 ms / 2.5 s, half each; lognormal: one type, median 0.1 s,"
-                        " sigma 0.5; pareto: one type, alpha 1.5, median 0.05 s)")
+                        " sigma 0.5; pareto: one type, alpha 1.5, median 0.05 s; with --seconds"
+                        " a comma-separated list)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="a timed run of each configuration (the matrix of --mix x --backlog"
+                        " x --failure x --seeds x set-ups, in one process): this many seconds,"
+                        f" then no new failures and up to {DRAIN_MAX:g} s for the failed work to"
+                        " come back; set-ups default to " + ", ".join(TIMED_SETUPS))
+    parser.add_argument("--backlog", default=None,
+                        help="with --seconds: comma-separated backlogs to keep visible (e.g. 50,5)"
+                        " instead of sending at --rate")
+    parser.add_argument("--failure", default="crash",
+                        help="with --seconds: comma-separated kinds of failure, crash (the process"
+                        " dies) and/or hang (the consumer lives on and neither deletes nor"
+                        " heartbeats the message); default crash")
+    parser.add_argument("--seeds", default="1",
+                        help="with --seconds: comma-separated seeds of the draws (default 1)")
+    parser.add_argument("--fail-share", type=float, default=0.05,
+                        help="share of deliveries that crash or hang (default 0.05)")
     parser.add_argument("--no-detect-crashes", dest="detect_crashes", action="store_false",
                         help="consumers do not register: a crashed consumer's leases lapse")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 80 messages, shorter slow jobs, two set-ups")
 
 
+def _mixes(value: str) -> str:
+    known = sorted(MIXES) + sorted(SHAPES)
+    if bad := [m for m in value.split(",") if m not in known]:
+        raise argparse.ArgumentTypeError(f"unknown mix(es) {bad}; known: {', '.join(known)}")
+    return value
+
+
 def _workload(args: argparse.Namespace) -> Workload:
+    if args.seconds is not None:
+        raise SystemExit("--seconds: see run_timed")
+    if "," in args.mix:
+        raise SystemExit("--mix: a list needs --seconds")
     if args.mix in SHAPES:
         shape: dict[str, Any] = dict(SHAPES[args.mix])
         size = (dict(messages=80, consumers=6, heartbeating=3, rate=40, history=400)
@@ -567,7 +657,8 @@ def _workload(args: argparse.Namespace) -> Workload:
                      heartbeating=(args.consumers // 2 if args.heartbeating is None
                                    else args.heartbeating),
                      rate=args.rate, history=args.history))
-        return Workload(**shape, **size, sigma=shape.get("fast_sigma", 0.4), crash_share=0.05,
+        return Workload(**shape, **size, sigma=shape.get("fast_sigma", 0.4),
+                        crash_share=args.fail_share,
                         detect_crashes=args.detect_crashes)
     if args.quick:
         return Workload(messages=80, slow_share=0.05, fast_median=0.02, slow_median=0.3,
@@ -584,6 +675,8 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seconds is not None:
+        return run_timed(args)
     w = _workload(args)
     setups: Sequence[str] = ("sqs-default", "per-type") if args.quick else SETUPS
     if args.only:
@@ -699,3 +792,119 @@ SCENARIO = Scenario(
     add_arguments=add_arguments,
     run=run,
 )
+
+
+def _timed_workload(mix: str, args: argparse.Namespace, backlog: int | None, failure: str,
+                    seed: int) -> Workload:
+    """A workload of ``mix`` for a timed run: messages enough for the run, the draws of ``seed``."""
+    heartbeating = 0 if args.heartbeating is None else args.heartbeating
+    size = dict(messages=max(args.messages, 50_000), consumers=args.consumers,
+                heartbeating=heartbeating, rate=args.rate, history=args.history,
+                crash_share=args.fail_share, detect_crashes=args.detect_crashes, seed=seed,
+                failure=failure, backlog=backlog, seconds=args.seconds)
+    if mix in SHAPES:
+        shape: dict[str, Any] = dict(SHAPES[mix])
+        return Workload(**shape, **size, sigma=shape.get("fast_sigma", 0.4))
+    slow_share, slow_median, medium_share, medium_median = MIXES[mix]
+    return Workload(slow_share=slow_share, medium_share=medium_share, medium_median=medium_median,
+                    fast_median=0.02, slow_median=slow_median, sigma=0.4, **size)
+
+
+def run_timed(args: argparse.Namespace) -> int:
+    """The matrix: each mix x backlog x failure x seed x set-up for ``args.seconds`` seconds, in
+    this process; the results are written again after every configuration (a run cut short keeps
+    what it measured). The summary pools the seeds: duplicates per 1,000 finished messages, wasted
+    work (seconds of finished runs whose delete was refused, as a share of all work), and the
+    mean and p99 of failure-to-redelivery."""
+    setups: Sequence[str] = TIMED_SETUPS
+    if args.only:
+        setups = [s for s in args.only.split(",") if s]
+        if unknown := set(setups) - set(SETUPS):
+            raise SystemExit(f"--only: unknown set-up(s) {sorted(unknown)}; known: {SETUPS}")
+    mixes = args.mix.split(",")
+    backlogs: list[int | None] = ([int(b) for b in args.backlog.split(",")] if args.backlog
+                                  else [None])
+    failures = args.failure.split(",")
+    if bad := set(failures) - {"crash", "hang"}:
+        raise SystemExit(f"--failure: unknown {sorted(bad)}; known: crash, hang")
+    seeds = [int(x) for x in args.seeds.split(",")]
+    out = Path(args.out) if args.out else DEFAULT_OUT
+    name = f"{RESULT_NAME}-timed-" + "-".join(mixes)
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    rows: list[dict[str, Any]] = []
+    machine: dict[str, Any] = {}
+    for mix, backlog, failure in itertools.product(mixes, backlogs, failures):
+        for seed in seeds:
+            w = _timed_workload(mix, args, backlog, failure, seed)
+            for setup in setups:
+                with db.scratch_database(args.dsn, f"{args.database}_tuning",
+                                         keep=args.keep) as dsn:
+                    migrate(dsn)
+                    if not machine:
+                        with db.connect(dsn) as conn:
+                            machine = machine_info(conn)
+                    outcome = run_setup(dsn, setup, w, log)
+                row = {"mix": mix, "backlog": backlog, "failure": failure, "seed": seed,
+                       **outcome.row(), "recovery": outcome.recovery}
+                rows.append(row)
+                log(f"  {mix} backlog {backlog} {failure} seed {seed} {setup}: "
+                    f"leases {row['timeouts']}, {row['duplicates']} duplicates,"
+                    f" {row['crashes']} failed, recovery mean {_fmt(row['recovery_mean_s'])}"
+                    f" p99 {_fmt(row['recovery_p99_s'])}, {row['messages']} finished")
+                md = _timed_markdown(args, rows, machine)
+                write_results(out, name, {"machine": machine, "rows": rows}, md)
+    log(_timed_markdown(args, rows, machine))
+    return 0
+
+
+def _by_type(rows: list[dict[str, Any]]) -> str:
+    """Mean failure-to-redelivery per type of the failed message, the seeds pooled."""
+    pooled: dict[str, list[float]] = {}  #: type -> [count, sum]
+    for r in rows:
+        for key, g in r["recovery_by"].items():
+            acc = pooled.setdefault(key.split("/")[0], [0.0, 0.0])
+            acc[0] += g["crashes"]
+            acc[1] += g["crashes"] * g["mean_s"]
+    return ", ".join(f"{t} {total / n:.2f} ({n:.0f})" for t, (n, total) in sorted(pooled.items())
+                     if n) or "-"
+
+
+def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
+                    machine: dict[str, Any]) -> str:
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["mix"], r["backlog"], r["failure"], r["setup"]), []).append(r)
+    table = []
+    for (mix, backlog, failure, setup), rs in groups.items():
+        finished = sum(r["messages"] for r in rs)
+        dups = sum(r["duplicates"] for r in rs)
+        work = sum(r["work_s"] for r in rs)
+        rec = [x for r in rs for x in r["recovery"]]
+        leases = sorted({r["timeouts"] for r in rs})
+        dpm = [r["predicted_duplicates_per_million"] for r in rs
+               if r["predicted_duplicates_per_million"] is not None]
+        table.append([mix, "-" if backlog is None else backlog, failure, setup,
+                      " / ".join(leases), f"{max(dpm):.3g}" if dpm else "-", len(rs),
+                      finished, dups, f"{1000 * dups / finished:.2f}" if finished else "-",
+                      f"{100 * sum(r['wasted_s'] for r in rs) / work:.2f} %" if work else "-",
+                      sum(r["crashes"] for r in rs), sum(r["unrecovered"] for r in rs),
+                      _fmt(statistics.fmean(rec) if rec else None),
+                      _fmt(_p99(rec) if rec else None), _by_type(rs)])
+    body = markdown_table(
+        ["mix", "backlog", "failure", "set-up", "lease(s)", "predicted dup / million", "seeds",
+         "finished", "duplicates", "dup / 1,000", "wasted work", "failed", "not back",
+         "recovery mean s", "p99 s", "mean s by type"], table, "lrllllrrrrrrrrrl")
+    return (f"# Visibility timeout set-ups at equal duplicate risk (timed runs)\n\n"
+            f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
+            f"{machine_line(machine)}\n\n"
+            f"{args.seconds:g} s a configuration (then no new failures, and up to {DRAIN_MAX:g} s"
+            f" for the failed work to come back), {args.consumers} consumers,"
+            f" {args.fail_share:.0%} of deliveries fail part way; a hang leaves the consumer's"
+            f" session alive (only the lease ends it), a crash ends it (a reap ends its leases);"
+            f" seeds pooled. Recovery: seconds from the failure to the message's next delivery."
+            f" Wasted work: seconds of finished runs whose delete was refused (their lease had"
+            f" lapsed), as a share of all the work.\n\n{body}\n")

@@ -17,6 +17,7 @@ from queue_pg.types import QueueStats
 
 __all__ = [
     "DeadLetter",
+    "HungLimit",
     "InFlight",
     "LeaseAdvice",
     "ProcessingTimes",
@@ -26,6 +27,7 @@ __all__ = [
     "ReplicaStatus",
     "Route",
     "SplitPart",
+    "StuckCount",
     "StuckJob",
     "TimeoutAdvice",
     "TuningChange",
@@ -35,6 +37,7 @@ __all__ = [
     "alter_tuning",
     "dead_letters",
     "drop_route",
+    "hung_limits",
     "in_flight",
     "lease_advice",
     "list_routes",
@@ -43,6 +46,7 @@ __all__ = [
     "queue_history",
     "queue_overview",
     "split",
+    "stuck_counts",
     "stuck_jobs",
     "timeout_advice",
     "tune",
@@ -172,6 +176,28 @@ class StuckJob:
     stuck_after: float
     stopped_after: float
     visible_until: datetime
+
+
+@dataclass(frozen=True)
+class HungLimit:
+    """A row of ``queue_pg.hung_limits(queue)``: when, in seconds after its receive, a run of
+    ``type`` is stuck (``stuck_after``) and when its heartbeats are refused (``stopped_after``)."""
+
+    type: str
+    type_lease: float
+    stuck_after: float
+    stopped_after: float
+
+
+@dataclass(frozen=True)
+class StuckCount:
+    """How many jobs of a queue and type ``queue_pg.stuck_jobs`` lists now, and the longest
+    run among them (seconds)."""
+
+    queue: str
+    type: str
+    stuck: int
+    longest: float
 
 
 @dataclass(frozen=True)
@@ -421,6 +447,20 @@ def stuck_jobs(queue: str | None = None) -> Call[list[StuckJob]]:
         "select * from queue_pg.stuck_jobs" + _where_queue(queue), {"queue": queue},
         _rows(StuckJob),
     )
+
+
+def stuck_counts() -> Call[list[StuckCount]]:
+    """``stuck_jobs`` counted by queue and type (the metric ``queue_pg_stuck_jobs``)."""
+    return Call(
+        "select queue, type, count(*)::int as stuck, max(running_for) as longest"
+        " from queue_pg.stuck_jobs group by queue, type order by queue, type", {},
+        _rows(StuckCount),
+    )
+
+
+def hung_limits(queue: str) -> Call[list[HungLimit]]:
+    return Call("select * from queue_pg.hung_limits(%(queue)s)", {"queue": queue},
+                _rows(HungLimit))
 
 
 def dead_letters(dlq: str | None = None, limit: int | None = None) -> Call[list[DeadLetter]]:

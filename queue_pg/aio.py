@@ -554,6 +554,19 @@ class AsyncClient(AsyncClientBase):
         lease (hung work: past four times, its heartbeats are refused)."""
         return await self._run(advice.stuck_jobs(queue), conn)
 
+    async def stuck_counts(
+        self, *, conn: AsyncConnection | None = None
+    ) -> list[advice.StuckCount]:
+        """:meth:`stuck_jobs` counted by queue and type, with the longest run of each."""
+        return await self._run(advice.stuck_counts(), conn)
+
+    async def hung_limits(
+        self, queue: str, *, conn: AsyncConnection | None = None
+    ) -> list[advice.HungLimit]:
+        """Per type of a 'per_type' queue: seconds after a receive from which a run is stuck,
+        and from which its heartbeats are refused (none for a 'fixed' queue)."""
+        return await self._run(advice.hung_limits(queue), conn)
+
     async def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: AsyncConnection | None = None,

@@ -551,6 +551,19 @@ class Client(ClientBase):
         lease (hung work: past four times, its heartbeats are refused)."""
         return self._run(advice.stuck_jobs(queue), conn)
 
+    def stuck_counts(
+        self, *, conn: Connection | None = None
+    ) -> list[advice.StuckCount]:
+        """:meth:`stuck_jobs` counted by queue and type, with the longest run of each."""
+        return self._run(advice.stuck_counts(), conn)
+
+    def hung_limits(
+        self, queue: str, *, conn: Connection | None = None
+    ) -> list[advice.HungLimit]:
+        """Per type of a 'per_type' queue: seconds after a receive from which a run is stuck,
+        and from which its heartbeats are refused (none for a 'fixed' queue)."""
+        return self._run(advice.hung_limits(queue), conn)
+
     def dead_letters(
         self, dlq: str | None = None, *, limit: int | None = None,
         conn: Connection | None = None,

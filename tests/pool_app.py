@@ -13,8 +13,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from queue_pg import task
-from queue_pg.jobs.job import BaseJob, TaskTimeout
 from queue_pg.jobs.backoff import Backoff
+from queue_pg.jobs.job import BaseJob, TaskTimeout
 from queue_pg.jobs.tasks import registry
 
 QUEUE = "pool"

@@ -155,7 +155,7 @@ def test_group_roles_exist_and_nothing_is_public(conn: psycopg.Connection[Any]) 
         [list(GROUPS)],
     ).fetchall()
     views = ["dead_letters", "in_flight_messages", "processing_times", "queue_stats",
-             "schedules", "timeout_advice", "tuning_log"]
+             "schedules", "stuck_jobs", "timeout_advice", "tuning_log"]
     assert rel_grants == sorted(
         [("message_history", ADMIN, "SELECT")]
         + [(v, g, "SELECT") for v in views for g in (ADMIN, CONSUMER, PRODUCER)]

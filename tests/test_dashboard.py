@@ -174,7 +174,7 @@ def test_read_only_unless_actions_and_token(queues: Client, http: Any) -> None:
 
 READS = ("api/overview", "api/history", "api/in-flight", "api/dead-letters", "api/advice",
          "api/throughput?seconds=86400", "api/messages?queue=jobs", "api/workers",
-         "api/tasks")
+         "api/tasks", "api/stuck")
 
 
 @pytest.mark.parametrize("actions", [False, True])

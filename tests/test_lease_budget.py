@@ -16,7 +16,7 @@ import pytest
 
 import queue_pg
 from queue_pg.errors import InvalidParameter, LeaseLimitExceeded
-from queue_pg.jobs.job import MAX_LEASE, Job
+from queue_pg.jobs.job import HUNG, Job
 from queue_pg.jobs.worker import Worker
 from tests.test_advice import add_history
 
@@ -190,9 +190,9 @@ def test_a_worker_stops_beating_for_hung_work_and_the_message_comes_back(
     finally:
         worker.stop()
         t.join(10)
-    assert seen["reason"] == MAX_LEASE
+    assert seen["reason"] == HUNG
     assert 4.0 <= seen["after"] < 10.0
-    assert any("hung-work limit" in r.getMessage() and r.levelno == logging.WARNING
+    assert any("hung-work limit" in r.getMessage() and r.levelno == logging.ERROR
                for r in caplog.records)
     [m] = client.receive("hw", wait=5)
     assert m.id == mid and m.receive_count == 2

@@ -384,7 +384,7 @@ def test_terminate_revokes_a_running_job_and_a_thread_is_told(
     tests/test_worker_processes.py). From the CLI and SQL too; still `manage` only."""
     from click.testing import CliRunner
 
-    from queue_pg import cli
+    from queue_pg.ops import cli
 
     reg = Registry()
     seen: list[str | None] = []

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from queue_pg import _ops
 from queue_pg.jobs import joblog
 from queue_pg.jobs.declare import ensure_queues
-from queue_pg.jobs.job import SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, TaskTimeout, job_var
+from queue_pg.jobs.job import HUNG, SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, TaskTimeout, job_var
 from queue_pg.jobs.periodic import Scheduler
 from queue_pg.jobs.plans import Outcome, Plan
 from queue_pg.jobs.pulse import REAP_INTERVAL
-from queue_pg.jobs.settle import Beat, beat, settle
+from queue_pg.jobs.settle import Beat, StuckWatch, beat, settle
 from queue_pg.jobs.worker_loop import (
     GATHER,
     STOP_SIGNALS,
@@ -74,6 +74,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
 
     def _setup(self) -> None:
         self._running: dict[asyncio.Task[None], AsyncJob] = {}
+        self._stuck = StuckWatch()  # logs each job once when it is stuck
         self._wake: asyncio.Event | None = None
         self._scheduler = Scheduler(self._registry, self.settings.queues)
         self._flush_wake: asyncio.Event | None = None
@@ -206,7 +207,9 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
     async def _handle(self, job: AsyncJob) -> None:
         job_var.set(job)  # this task's own context
         ended = asyncio.Event()
-        beating = asyncio.create_task(self._heartbeat(job, ended))
+        me = asyncio.current_task()
+        assert me is not None
+        beating = asyncio.create_task(self._heartbeat(job, ended, me))
         exc: BaseException | None = None
         value: Any = None
         at = joblog.started(job, self.job_log_level)
@@ -230,9 +233,10 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             else:
                 assert self._handler is not None
                 await self._handler(job)
-        except asyncio.CancelledError as e:  # cancelled by the end of the grace period
-            job.cancel(SHUTDOWN)
-            exc = LeaseLost(f"message {job.id}: {SHUTDOWN}")
+        except asyncio.CancelledError as e:  # the grace period's end, or the lease's hard limit
+            if job.cancel_reason != HUNG:
+                job.cancel(SHUTDOWN)  # (else: failed, as the task's retries say)
+            exc = LeaseLost(f"message {job.id}: {job.cancel_reason}")
             exc.__cause__ = e
         except Exception as e:
             exc = e
@@ -264,12 +268,27 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             done = await run_plan(self.client, self._acks.flush(everything=True))
         self._settled_at_stop(done)
 
-    async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event) -> None:
+    async def _heartbeat(self, job: AsyncJob, ended: asyncio.Event,
+                         handling: asyncio.Task[Any]) -> None:
+        """Renew the job's lease every interval, and report it once when it is stuck (see
+        :class:`queue_pg.settle.StuckWatch`). A heartbeat refused at the lease's hard limit
+        at its type's hung-work limit cancels the handling: the attempt fails as the task's
+        retries say."""
         interval = self.settings.interval(job.queue)
+        next_beat = monotonic() + interval
         while True:
+            stuck_at = await run_plan(self.client, self._stuck.check([job]))
+            wake = min(next_beat, stuck_at) if stuck_at is not None else next_beat
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ended.wait(), interval)
-            if ended.is_set() or await run_plan(self.client, beat(job)) is Beat.ENDED:
+                await asyncio.wait_for(ended.wait(), max(0.0, wake - monotonic()))
+            if ended.is_set():
+                return
+            if monotonic() < next_beat:
+                continue
+            next_beat = monotonic() + interval
+            if await run_plan(self.client, beat(job)) is Beat.ENDED:
+                if job.cancel_reason == HUNG and not ended.is_set():
+                    handling.cancel()
                 return
 
     async def _drain(self) -> None:

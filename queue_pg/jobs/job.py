@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERROR_KEY",
+    "HUNG",
     "LOST",
     "MAX_LEASE",
     "SHUTDOWN",
@@ -47,6 +48,9 @@ ERROR_KEY = "error"
 # Why a job was cancelled. LOST: someone else may hold the message now, never touch it again.
 LOST = "lease lost"
 MAX_LEASE = "max_lease reached"
+#: a heartbeat refused at a 'per_type' queue's hung-work limit (docs/timeouts.md, "Hung work"):
+#: the attempt fails, retried or dead-lettered as the task's retries say
+HUNG = "hung-work limit reached"
 TIMEOUT = "task timeout"
 SHUTDOWN = "worker shutdown"
 
@@ -56,7 +60,8 @@ class LeaseLost(Exception):
 
     Raised by ``job.raise_if_cancelled()``, by a checkpoint that was refused, and by a checkpoint
     of a cancelled job (after saving). A handler that lets it propagate has its message released
-    (worker shutdown, max_lease) or left alone (the lease went to someone else).
+    (worker shutdown, max_lease), retried as a failed attempt (the hung-work limit) or left
+    alone (the lease went to someone else).
     """
 
 
@@ -122,6 +127,8 @@ class BaseJob:
         self.task = task
         self.body: JSON = message.body
         self.cancel_reason: str | None = None
+        self.received = monotonic()  #: when the worker got it (the stuck point counts from it)
+        self.stuck_reported = False  #: its "stuck" warning was logged (once per job)
 
     @property
     def id(self) -> int:

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from enum import Enum
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from queue_pg.errors import (
@@ -26,8 +27,18 @@ from queue_pg.errors import (
     StaleReceipt,
 )
 from queue_pg.jobs.canvas import CHORD_KEY, THEN_KEY, steps_left
-from queue_pg.jobs.job import ERROR_KEY, LOST, MAX_LEASE, SHUTDOWN, BaseJob, LeaseLost, Reject
+from queue_pg.jobs.job import (
+    ERROR_KEY,
+    HUNG,
+    LOST,
+    MAX_LEASE,
+    SHUTDOWN,
+    BaseJob,
+    LeaseLost,
+    Reject,
+)
 from queue_pg.jobs.plans import ClientCall, Plan
+from queue_pg.plain import plain
 from queue_pg.types import JSON, Message
 
 if TYPE_CHECKING:
@@ -38,6 +49,7 @@ __all__ = [
     "MAX_TRACEBACK",
     "Action",
     "Beat",
+    "StuckWatch",
     "beat",
     "decide",
     "error_attributes",
@@ -305,13 +317,84 @@ def beat(job: BaseJob) -> Plan[Beat]:
         job.cancel(LOST)
         why = str(exc)
     except LeaseLimitExceeded as exc:
-        job.cancel(MAX_LEASE)
-        why = str(exc)
+        if exc.diag is None or exc.diag.constraint_name != HUNG_CONSTRAINT:
+            job.cancel(MAX_LEASE)
+            why = str(exc)
+            logger.warning("%s cannot keep its lease: %s", plain(job.describe()), plain(why))
+            return Beat.ENDED
+        job.cancel(HUNG)
+        logger.error("%s: heartbeat refused at the hard limit, after %.3gs: %s. The attempt"
+                     " fails (retried or dead-lettered as the task's retries say) and the"
+                     " message is delivered again", plain(job.describe()),
+                     monotonic() - job.received, plain(exc))
+        return Beat.ENDED
     except Exception:
         logger.warning("heartbeat of message %s failed; trying again", job.id, exc_info=True)
         return Beat.FAILED
-    logger.warning("%s cannot keep its lease: %s", job.describe(), why)
+    logger.warning("%s cannot keep its lease: %s", plain(job.describe()), plain(why))
     return Beat.ENDED
+
+
+#: The CONSTRAINT of the LeaseLimitExceeded (QP007) a heartbeat past a 'per_type' queue's
+#: hung-work limit gets (sql/api/40_settle.sql): told apart from max_lease by it.
+HUNG_CONSTRAINT = "hung_work_limit"
+
+#: Seconds a worker keeps a queue's hung-work limits before reading them again (the per-type
+#: leases they come from change at most once per tune_interval, a minute by default).
+LIMITS_TTL = 60.0
+
+
+class StuckWatch:
+    """Logs a WARNING, once per job, when a running job passes its type's stuck point (twice
+    its type's lease on a 'per_type' queue: the rule of ``queue_pg.stuck_jobs``, read per queue
+    from ``queue_pg.hung_limits`` at most once per :data:`LIMITS_TTL`)."""
+
+    def __init__(self) -> None:
+        #: queue -> (when read, type -> (type_lease, stuck_after, stopped_after))
+        self._limits: dict[str, tuple[float, dict[str, tuple[float, float, float]]]] = {}
+
+    def check(self, jobs: Sequence[BaseJob]) -> Plan[float | None]:
+        """Report the jobs past their stuck point; returns the next stuck point (monotonic) of
+        those not reported yet, None when there is none."""
+        now = monotonic()
+        watched = [j for j in jobs if not j.stuck_reported and _type(j) is not None]
+        for queue in {j.queue for j in watched}:
+            known = self._limits.get(queue)
+            if known is None or now - known[0] >= LIMITS_TTL:
+                try:
+                    rows = yield ClientCall("hung_limits", (queue,))
+                except Exception:  # none known until the next read; the SQL limit holds anyway
+                    logger.debug("reading the hung-work limits of %s failed", plain(queue),
+                                 exc_info=True)
+                    self._limits[queue] = (now, {})
+                    continue
+                self._limits[queue] = (now, {r.type: (r.type_lease, r.stuck_after,
+                                                      r.stopped_after) for r in rows})
+        next_at: float | None = None
+        now = monotonic()
+        for job in watched:
+            limit = self._limits.get(job.queue, (0.0, {}))[1].get(_type(job) or "")
+            if limit is None:
+                continue
+            lease, stuck_after, stopped_after = limit
+            if now - job.received < stuck_after:
+                at = job.received + stuck_after
+                next_at = at if next_at is None else min(next_at, at)
+                continue
+            job.stuck_reported = True
+            logger.warning("%s of type %s is stuck: it has run %.3gs, past %.3gs (%.3g x its"
+                           " type's lease of %.3gs); its heartbeats are refused from %.3gs",
+                           plain(job.describe()), plain(repr(_type(job))), now - job.received,
+                           stuck_after, stuck_after / lease if lease else 0.0, lease,
+                           stopped_after)
+        return next_at
+
+
+def _type(job: BaseJob) -> str | None:
+    """The job's ``type`` attribute as the SQL reads it (its first 100 characters)."""
+    attrs = job.message.attributes
+    t = attrs.get("type") if isinstance(attrs, dict) else None
+    return t[:100] if isinstance(t, str) else None
 
 
 def release(messages: Sequence[Message]) -> Plan[int]:

@@ -43,6 +43,7 @@ from queue_pg.jobs.acks import FLUSH_DELAY
 from queue_pg.jobs.backoff import Backoff
 from queue_pg.jobs.declare import ensure_queues
 from queue_pg.jobs.job import (
+    HUNG,
     SHUTDOWN,
     TIMEOUT,
     Job,
@@ -56,7 +57,7 @@ from queue_pg.jobs.periodic import Scheduler
 from queue_pg.jobs.plans import Outcome, Plan
 from queue_pg.jobs.pool import POOLS, ChildDied, ProcessSlot
 from queue_pg.jobs.pulse import REAP_INTERVAL
-from queue_pg.jobs.settle import Beat, beat, settle
+from queue_pg.jobs.settle import Beat, StuckWatch, beat, settle
 from queue_pg.jobs.tasks import Registry
 from queue_pg.jobs.worker_loop import (
     GATHER,
@@ -67,6 +68,7 @@ from queue_pg.jobs.worker_loop import (
     per_queue,
     resolve_task,
 )
+from queue_pg.plain import plain
 from queue_pg.types import Message
 
 if TYPE_CHECKING:
@@ -153,6 +155,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
         self._beat_wake = threading.Event()
         #: When (time.monotonic) the heartbeat thread wakes by itself; 0.0 while it is awake.
         self._beat_until = 0.0
+        self._stuck = StuckWatch()  # the heartbeat thread's: logs each job once when stuck
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._scheduler = Scheduler(self._registry, self.settings.queues)
@@ -377,10 +380,10 @@ class Worker(WorkerBase["Client", SyncHandler]):
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
             late = job.timed_out
-        if late:  # settled as failed at its deadline already
-            logger.warning("%s ended %.3gs after its timeout; its result is ignored (the"
-                           " attempt failed)", job.describe(),
-                           monotonic() - (job.deadline or job.started))
+        if late:  # settled as failed at its deadline, or at the lease's hard limit, already
+            logger.warning("%s ended %.3gs after it was failed (%s); its result is ignored",
+                           plain(job.describe()), monotonic() - (job.deadline or job.started),
+                           job.cancel_reason)
             return
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
         self.stats.add(run_plan(self.client, plan))
@@ -432,6 +435,9 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 flush_at = self._acks.due()
             if flush_at is not None:
                 due = min(due, flush_at)
+            stuck_at = run_plan(self.client, self._stuck.check([j for j in jobs if j.beating]))
+            if stuck_at is not None:
+                due = min(due, stuck_at)
             for job in jobs:
                 if job.deadline is not None and now >= job.deadline and job.beating:
                     self._time_out(job)
@@ -455,10 +461,26 @@ class Worker(WorkerBase["Client", SyncHandler]):
             if not job.beating:
                 return
             outcome = run_plan(self.client, beat(job))
+            failed = False
             if outcome is Beat.ENDED:
                 job.beating = False
+                # at the hard limit: settled here, not by the handler (which sees timed_out)
+                failed = job.timed_out = job.cancel_reason == HUNG
             job.next_beat = monotonic() + (min(interval, 1.0) / 2 if outcome is Beat.FAILED
                                            else interval)
+        if failed:
+            self._fail_at_limit(job)
+
+    def _fail_at_limit(self, job: Job) -> None:
+        """A job whose heartbeat was refused at its type's hung-work limit: failed now, as the
+        task's retries say, whatever its thread does after (a hung handler may never return);
+        LeaseLost is raised inside a task that has a timeout."""
+        exc = LeaseLost(f"message {job.id} of queue {job.queue!r}: {HUNG} (its heartbeat was"
+                        " refused)")
+        with job.soft_lock:
+            if job.thread is not None:
+                _async_raise(job.thread, LeaseLost)
+        self.stats.add(run_plan(self.client, settle(job, exc, self.settings.backoff_for(job))))
 
     # --- stopping ---------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Prometheus metrics of every queue (``pip install 'queue-pg[dashboard]'``).
 
-A custom collector: each scrape runs ONE query (``queue_pg.queue_overview``, with
-``queue_pg.replica_status``: on a hot standby, how stale the figures are), whatever the number of
-queues, and turns its columns into metric families named by Prometheus conventions. Figures are
+A custom collector: each scrape runs two queries whatever the number of queues
+(``queue_pg.queue_overview`` with ``queue_pg.replica_status``: on a hot standby, how stale the
+figures are; and ``queue_pg.stuck_jobs`` counted by queue and type) and turns their columns into
+metric families named by Prometheus conventions. Figures are
 SQL's; this module only names them. Serve them with
 ``queue-pg metrics --port 9464``, or mount :func:`wsgi_app` / :func:`asgi_app` in a server of
 your own.
@@ -18,10 +19,12 @@ from prometheus_client import make_asgi_app, make_wsgi_app, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from queue_pg.advice import QueueOverview
+from queue_pg.advice import QueueOverview, StuckCount
 from queue_pg.client import Client
+from queue_pg.plain import plain
 
-__all__ = ["QUANTILES", "QueueCollector", "asgi_app", "registry", "serve", "wsgi_app"]
+__all__ = ["QUANTILES", "QueueCollector", "asgi_app", "registry", "serve", "stuck_families",
+           "wsgi_app"]
 
 log = logging.getLogger("queue_pg.metrics")
 
@@ -95,6 +98,12 @@ class QueueCollector(Collector):
             return
         yield GaugeMetricFamily("queue_pg_up", "Whether the last scrape read the database.", 1)
         yield from families(rows, self.window)
+        try:
+            stuck = self.client.stuck_counts()
+        except Exception:  # the rest of the scrape stands; the family is absent
+            log.exception("queue_pg metrics: reading stuck_jobs failed")
+        else:
+            yield from stuck_families(stuck)
         if replica.standby and replica.replay_age is not None:
             yield GaugeMetricFamily(
                 "queue_pg_replica_replay_age_seconds",
@@ -136,6 +145,23 @@ def families(rows: Sequence[QueueOverview], window: float) -> Iterator[Metric]:
                 if value is not None:
                     summary.add_sample(name, {"queue": r.queue, "quantile": quantile}, value)
         yield summary
+
+
+def stuck_families(rows: Sequence[StuckCount]) -> Iterator[Metric]:
+    """The hung-work families of a read of ``stuck_jobs`` counted by queue and type: only the
+    queue-types that have stuck jobs now (a series that vanishes is 0)."""
+    count = GaugeMetricFamily(
+        "queue_pg_stuck_jobs",
+        "Jobs running past twice their type's lease on a 'per_type' queue (queue_pg.stuck_jobs);"
+        " past four times their heartbeats are refused.", labels=["queue", "type"])
+    longest = GaugeMetricFamily(
+        "queue_pg_stuck_job_longest_seconds",
+        "The longest run among the queue-type's stuck jobs.", labels=["queue", "type"])
+    for r in rows:  # a type is the producer's string: plain text (queue_pg.plain)
+        count.add_metric([r.queue, plain(r.type)], r.stuck)
+        longest.add_metric([r.queue, plain(r.type)], r.longest)
+    yield count
+    yield longest
 
 
 def registry(client: Client, window: float = 600) -> CollectorRegistry:

@@ -229,7 +229,7 @@ BEGIN
     -- a 'per_type' queue's hung work: past its type's limit, no extension (56_budget.sql)
     IF q.lease_policy = 'per_type' AND n + queue_pg._seconds(coalesce(timeout, 0)) > m.visible_at
        AND n > m.last_received_at + queue_pg._seconds(coalesce(queue_pg._hung_limit(q, m.attributes), q.max_lease)) THEN
-        RAISE EXCEPTION USING ERRCODE = 'QP007',
+        RAISE EXCEPTION USING ERRCODE = 'QP007', CONSTRAINT = 'hung_work_limit',
             MESSAGE = format('%s = %s would extend the lease of a run that has lasted %s seconds, past the hung-work limit of type %s (%s seconds after the receive at %s): the message is delivered again when its lease ends',
                              param, queue_pg._fmt(timeout), round(extract(epoch FROM n - m.last_received_at)::numeric, 3),
                              quote_literal(left(m.attributes ->> 'type', 100)),

@@ -146,3 +146,19 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE VIEW queue_pg.stuck_jobs AS SELECT * FROM queue_pg._stuck_jobs();
+
+-- The stuck and stop points of each type of queue `queue_name` that has them (a 'per_type'
+-- queue's types with a lease in type_leases), in seconds after a receive: what a worker reads
+-- (once a minute per queue it runs jobs of) to log a job of its own once when it becomes stuck,
+-- by the rule above, without reading stuck_jobs. No rows for a 'fixed' queue, or one the caller
+-- has no grant on.
+CREATE OR REPLACE FUNCTION queue_pg.hung_limits(queue_name text)
+RETURNS TABLE (type text, type_lease double precision, stuck_after double precision,
+               stopped_after double precision)
+LANGUAGE sql STABLE AS $$
+    SELECT l.type, l.lease, (queue_pg._hung_factors()).stuck * l.lease,
+           least(q.max_lease, (queue_pg._hung_factors()).stop * l.lease)
+    FROM queue_pg.queues q JOIN queue_pg.type_leases l ON l.queue_id = q.id
+    WHERE q.name = queue_name AND q.lease_policy = 'per_type' AND queue_pg._sees(q.id)
+    ORDER BY l.type
+$$;

@@ -160,7 +160,7 @@ BEGIN
         SELECT p.oid::regprocedure AS sig, p.proname::text AS name,
                (p.proname !~ '^_' OR p.proname IN ('_receive', '_stat_counter', '_sees', '_queue_stats',
                                                     '_in_flight_messages', '_dead_letters', '_tuning_log',
-                                                    '_schedules')) AS entry,
+                                                    '_schedules', '_stuck_jobs')) AS entry,
                CASE
                    WHEN p.proname IN ('send', 'send_batch', 'stage', 'send_staged', 'azure_put', 'send_chord') THEN ARRAY['queue_pg_producer']
                    WHEN p.proname IN ('receive', '_receive', 'delete_message', 'delete_batch',
@@ -191,6 +191,8 @@ BEGIN
                                       'task_result', 'task_result_channel',
                                       -- the dashboard (59_dashboard.sql)
                                       'queue_history', 'queue_throughput', 'workers',
+                                      -- hung work (56_budget.sql)
+                                      'hung_limits', '_stuck_jobs',
                                       -- SQS queue tags (59_sqs.sql)
                                       'sqs_tag_queue', 'sqs_untag_queue', 'sqs_queue_tags',
                                       'sqs_set_queue_attributes', 'sqs_queue_attributes',
@@ -225,7 +227,7 @@ BEGIN
         -- the views show each reader only the queues it has a grant on (_sees), and no bodies
         EXECUTE format('GRANT SELECT ON queue_pg.queue_stats, queue_pg.in_flight_messages, queue_pg.dead_letters,'
                        ' queue_pg.processing_times, queue_pg.timeout_advice, queue_pg.tuning_log,'
-                       ' queue_pg.schedules TO %I', g);
+                       ' queue_pg.schedules, queue_pg.stuck_jobs TO %I', g);
     END LOOP;
     IF 'queue_pg_admin' = ANY (have) THEN
         GRANT SELECT ON queue_pg.message_history TO queue_pg_admin;

@@ -135,6 +135,8 @@ class Dashboard:
             "api/tasks": lambda r, c: _tasks(c),
             "api/workers": lambda r, c: c._run(_table("select * from queue_pg.workers()", {}),
                                                None),
+            # hung work: runs past twice their type's lease on 'per_type' queues (no bodies)
+            "api/stuck": lambda r, c: c.stuck_jobs(r.query.get("queue") or None),
             # bodies on request, for a role that may receive from the queue (peek checks)
             "api/messages": lambda r, c: _messages(c, r.query.get("queue"),
                                                    r.query.get("limit")),

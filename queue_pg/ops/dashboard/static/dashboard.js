@@ -464,7 +464,7 @@ const pages = {
   },
 
   async workers() {
-    const rows = await getJson("api/workers");
+    const [rows, stuck] = await Promise.all([getJson("api/workers"), getJson("api/stuck")]);
     return [el("h2", {}, "Workers"),
       el("p", {}, "Consumers registered by queue-pg workers (the queues this role sees): alive while " +
                   "their session holds its lock; a lost one's leases end within seconds."),
@@ -474,7 +474,16 @@ const pages = {
         ["jobs running", (w) => w.running],
         ["registered", (w) => (w.registered_at ? new Date(w.registered_at).toLocaleString() : "-")],
         ["state", (w) => (w.alive ? "alive" : "lost " + (w.lost_at ? time(w.lost_at) : "")), true],
-      ], rows, "No worker registered on the queues this role sees.", false)];
+      ], rows, "No worker registered on the queues this role sees.", false),
+      el("h2", { id: "stuck-title" }, `Stuck jobs (${stuck.length})`),
+      el("p", {}, "Runs on 'per_type' queues past twice their type's lease (queue_pg.stuck_jobs); " +
+                  "past the stop point their heartbeats are refused and the message is delivered again."),
+      list("stuck", [
+        ["queue", (j) => queueLink(j.queue), true], ["message", (j) => j.id], ["type", (j) => j.type, true],
+        ["worker", (j) => j.consumer ?? "-", true], ["running for", (j) => seconds(j.running_for)],
+        ["type's lease", (j) => seconds(j.type_lease)], ["stuck after", (j) => seconds(j.stuck_after)],
+        ["stopped after", (j) => seconds(j.stopped_after)],
+      ], stuck, "No stuck job.", false)];
   },
 
   async advice() {
