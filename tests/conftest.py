@@ -21,6 +21,12 @@ from psycopg import conninfo
 
 import queue_pg
 from queue_pg.install import migrate
+from queue_pg.sealing import ENV as SECRET_KEY_ENV
+from queue_pg.sealing import generate_key
+
+# The endpoints store their secrets sealed with QUEUE_PG_SECRET_KEY (queue_pg/sealing.py): one
+# key for this run, made here, which the endpoints and CLIs the tests start inherit.
+os.environ.setdefault(SECRET_KEY_ENV, generate_key())
 
 # moto's SQS tests run in a pytest of their own (tests/test_sqs_conformance.py), never collected here
 collect_ignore = ["third_party"]

@@ -36,6 +36,7 @@ from azure.storage.queue import (  # noqa: E402
 
 from bench.sqs_suite import serve  # noqa: E402
 from queue_pg.azure import create_app  # noqa: E402
+from queue_pg.sealing import create_azure_key  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
 
 Service = Any
@@ -50,9 +51,7 @@ def endpoint(dsn: str) -> Iterator[str]:
 
 def _key(dsn: str, role: str, account: str | None = None) -> tuple[str, str]:
     with psycopg.connect(dsn, autocommit=True) as c:
-        row = c.execute("SELECT * FROM queue_pg.azure_create_key(%s, %s)", [role, account]).fetchone()
-    assert row is not None
-    return row[0], row[1]
+        return create_azure_key(c, role, account)
 
 
 def _conn_str(endpoint: str, account: str, key: str) -> str:
@@ -555,7 +554,7 @@ def test_keys_are_the_owners_to_read(make_role: MakeRole, clean: str) -> None:  
         with pytest.raises(psycopg.Error):
             c.execute("SELECT * FROM queue_pg.azure_keys")
         with pytest.raises(psycopg.Error):  # not for a role above its own
-            c.execute("SELECT * FROM queue_pg.azure_create_key('postgres')")
+            create_azure_key(c, "postgres")
 
 
 def test_shared_key_lite(make_service: MakeService, endpoint: str) -> None:

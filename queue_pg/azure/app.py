@@ -30,6 +30,7 @@ from starlette.routing import Route
 from queue_pg import errors
 from queue_pg.azure import auth as azauth
 from queue_pg.errors import translate
+from queue_pg.sealing import Keyring
 from queue_pg.sqs.app import REQUEST_ROLE, Endpoint, RequestTooLarge, _body
 from queue_pg.types import Message
 
@@ -255,8 +256,8 @@ class AzureEndpoint(Endpoint):
     every role) with Azure's keys and signatures."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
-                 account: str | None = None) -> None:
-        super().__init__(dsn, auth=auth, pool_size=pool_size)
+                 account: str | None = None, keyring: Keyring | None = None) -> None:
+        super().__init__(dsn, auth=auth, pool_size=pool_size, keyring=keyring)
         self.account = account
 
     async def role_of(self, request: Request, body: bytes) -> str | None:
@@ -309,10 +310,11 @@ class AzureEndpoint(Endpoint):
             with translate():
                 row = await (await conn.execute(
                     "SELECT secret_key, role FROM queue_pg.azure_key(%s)", [account])).fetchone()
-        if row is None:
+        secret = None if row is None else self.secret_of(row[0], "azure", str(row[1]), account)
+        if row is None or secret is None:
             raise azauth.AuthError("Server failed to authenticate the request: the account has no"
                                  " live key.")
-        return str(row[0]), str(row[1])
+        return secret, str(row[1])
 
 
 class Call:
@@ -518,12 +520,15 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
 
 
 def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
-               account: str | None = None) -> Starlette:
+               account: str | None = None, keyring: Keyring | None = None) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
     ``account``: the one account name served (None: any account with a live key; without
-    auth, any name)."""
-    endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account)
+    auth, any name). ``keyring`` opens the stored account keys (default:
+    ``QUEUE_PG_SECRET_KEY``); with ``auth``, :class:`~queue_pg.sealing.SecretKeyMissing` when
+    there is none."""
+    endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account,
+                             keyring=keyring)
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())

@@ -76,3 +76,6 @@ DROP FUNCTION IF EXISTS queue_pg._current_lease(bigint, integer, integer, timest
 DROP FUNCTION IF EXISTS queue_pg.stats(text);
 -- revision 0023 (duplicate budget): alter_tuning's `duplicate_budget`
 DROP FUNCTION IF EXISTS queue_pg.alter_tuning(text, text, boolean, double precision, double precision, text[]);
+-- revision 0029 (sealed endpoint secrets): the key makers that made the secret in SQL
+DROP FUNCTION IF EXISTS queue_pg.sqs_create_key(name);
+DROP FUNCTION IF EXISTS queue_pg.azure_create_key(name, text);

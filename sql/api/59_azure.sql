@@ -4,17 +4,20 @@
 -- who is not the owner may not make a key for a role above its own, and only the owner reads
 -- secrets back (as 59_sqs.sql does for SQS keys).
 
--- A new key for `role` under `account_name` (NULL: a generated name): Azure's 3 - 24 lower-case
--- letters and digits, one live key a name. The key is 64 random bytes (gen_random_uuid's
--- randomness, 122 bits a uuid), base64 as Azure's account keys.
-CREATE OR REPLACE FUNCTION queue_pg.azure_create_key(role name, account_name text DEFAULT NULL)
-RETURNS TABLE (account text, secret_key text)
+-- A new key for `role` under `account_name` (NULL: a generated name), returned: Azure's 3 - 24
+-- lower-case letters and digits, one live key a name. The key itself (64 random bytes, base64 as
+-- Azure's account keys) is made and sealed by the caller (queue_pg/sealing.py): the database
+-- never sees it in plain, and the table's azure_keys_sealed check refuses anything else.
+CREATE OR REPLACE FUNCTION queue_pg.azure_create_key(role name, sealed_secret text,
+                                                     account_name text DEFAULT NULL)
+RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     name_ text := coalesce(account_name,
                            'qp' || left(replace(gen_random_uuid()::text, '-', ''), 16));
 BEGIN
     PERFORM queue_pg._check_key_role(role, 'an Azure key');
+    PERFORM queue_pg._check_sealed(sealed_secret);
     IF name_ !~ '^[a-z0-9]{3,24}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('account = %s is invalid: allowed 3 to 24 lower-case letters and digits',
@@ -25,13 +28,9 @@ BEGIN
             MESSAGE = format('account = %s is invalid: it has a live key (revoke it first)',
                              quote_literal(name_));
     END IF;
-    account := name_;
-    secret_key := replace(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text
-                                                || gen_random_uuid()::text || gen_random_uuid()::text,
-                                                '-', ''), 'hex'), 'base64'), E'\n', '');
     INSERT INTO queue_pg.azure_keys (account, secret_key, role)
-    VALUES (name_, azure_create_key.secret_key, azure_create_key.role);
-    RETURN NEXT;
+    VALUES (name_, sealed_secret, azure_create_key.role);
+    RETURN name_;
 END $$;
 
 -- Revoke an account's live key: true when it had one.
