@@ -15,6 +15,7 @@ from pathlib import Path
 from bench import (
     Scenario,
     advice,
+    azure_suite,
     client_cpu,
     cycle,
     failover,
@@ -51,6 +52,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     sqs.SCENARIO,
     sqs_details.SCENARIO,
     sqs_suite.SCENARIO,
+    azure_suite.SCENARIO,
     failover.SCENARIO,
 )
 

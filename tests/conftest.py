@@ -50,6 +50,7 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.history_rollups, queue_pg.history_sampling,
     queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
     queue_pg.azure_keys, queue_pg.azure_queue_metadata, queue_pg.azure_access_policies,
+    queue_pg.azure_service_properties,
     queue_pg.task_results,
     queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;

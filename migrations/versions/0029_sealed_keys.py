@@ -1,4 +1,5 @@
-"""Endpoint secrets sealed at rest: sql/schema/0029_sealed_keys.sql.
+"""Endpoint secrets sealed at rest, and Azure service properties by account:
+sql/schema/0029_sealed_keys.sql.
 
 Revision ID: 0029
 Revises: 0026
@@ -32,6 +33,10 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg.endpoint_secrets(text);
         DROP FUNCTION IF EXISTS queue_pg.endpoint_reseal(text, text, text, text);
         DROP FUNCTION IF EXISTS queue_pg.endpoint_secrets_sealed();
+        DROP FUNCTION IF EXISTS queue_pg.azure_set_service_properties(text, jsonb);
+        DROP FUNCTION IF EXISTS queue_pg.azure_service_properties(text);
+        DROP FUNCTION IF EXISTS queue_pg._azure_account_of_caller(text);
+        DROP TABLE queue_pg.azure_service_properties;
         ALTER TABLE queue_pg.sqs_keys DROP CONSTRAINT sqs_keys_sealed;
         ALTER TABLE queue_pg.azure_keys DROP CONSTRAINT azure_keys_sealed;
         """,
