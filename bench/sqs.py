@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import Scenario, db
-from queue_pg import sealing
 from bench.report import (
     DEFAULT_OUT,
     machine_info,
@@ -34,6 +33,7 @@ from bench.report import (
     redact_dsn,
     write_results,
 )
+from queue_pg import sealing
 
 __all__ = ["SCENARIO", "run"]
 
