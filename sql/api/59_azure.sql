@@ -263,7 +263,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg.azure_service_properties(account text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    off jsonb := '{"Version": "1.0", "Enabled": "false", "RetentionPolicy": {"Enabled": "false"}}';
+    off jsonb := '{"Version": "1.0", "Enabled": "false", "RetentionPolicy": {"Enabled": "false"}}'::jsonb;
 BEGIN
     PERFORM queue_pg._azure_account_of_caller(account);
     RETURN jsonb_build_object(
