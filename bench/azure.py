@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       / "queue_pg_bench_azurite"),
                         help="where Azurite is installed from npm (once)")
     parser.add_argument("--no-azurite", action="store_true", help="the endpoint only")
+    parser.add_argument("--with-no-auth", action="store_true",
+                        help="also the endpoint with --no-auth (no key look-up, no signature"
+                             " check: the most a key cache could save)")
 
 
 def azurite_bin(folder: Path, log: Callable[[str], None]) -> Path | str:
@@ -145,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     env = os.environ.copy()
     env.setdefault(sealing.ENV, sealing.generate_key())
     ring = sealing.Keyring.required(env)
-    rounds: dict[str, list[dict[str, float]]] = {"endpoint": [], "azurite": []}
+    rounds: dict[str, list[dict[str, float]]] = {"endpoint": [], "endpoint_no_auth": [],
+                                                  "azurite": []}
     with contextlib.ExitStack() as stack:
         dsn = stack.enter_context(db.scratch_database(args.dsn, args.database, keep=args.keep))
         db.install(dsn)
@@ -159,6 +163,12 @@ def run(args: argparse.Namespace) -> int:
             [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", dsn,
              "azure", "--port", str(port)], port, env))
         servers: dict[str, str] = {"endpoint": _conn_str(f"http://127.0.0.1:{port}", account, key)}
+        if args.with_no_auth:
+            nport = _free_port()
+            stack.enter_context(_listening(
+                [sys.executable, "-c", "from queue_pg.cli import main; main()", "--dsn", dsn,
+                 "azure", "--no-auth", "--port", str(nport)], nport, env))
+            servers["endpoint_no_auth"] = _conn_str(f"http://127.0.0.1:{nport}", account, key)
         if isinstance(azurite, Path):
             aport = _free_port()
             stack.enter_context(_listening(
@@ -168,12 +178,12 @@ def run(args: argparse.Namespace) -> int:
             servers["azurite"] = _conn_str(f"http://127.0.0.1:{aport}", EMULATOR_ACCOUNT,
                                            EMULATOR_KEY)
         for name, conn_str in servers.items():  # a warm-up round each, not counted
-            _loop(conn_str, f"warm-{name}", min(n, 50))
+            _loop(conn_str, f"warm-{name.replace('_', '-')}", min(n, 50))
         order = list(servers)
         for i in range(args.rounds):
             for name in (order if i % 2 == 0 else order[::-1]):
                 log(f"round {i + 1}: {name}, {n} messages...")
-                rounds[name].append(_loop(servers[name], f"bench-{name}-{i}", n))
+                rounds[name].append(_loop(servers[name], f"bench-{name.replace('_', '-')}-{i}", n))
     load_after = [round(x, 2) for x in os.getloadavg()]
 
     def median(name: str, k: str) -> float:
@@ -184,18 +194,23 @@ def run(args: argparse.Namespace) -> int:
     rows: list[list[Any]] = []
     for label, k in phases:
         a = median("endpoint", k)
+        row = [label, f"{a:,.0f}"]
+        if rounds["endpoint_no_auth"]:
+            row.append(f"{median('endpoint_no_auth', k):,.0f}")
         if rounds["azurite"]:
             b = median("azurite", k)
-            rows.append([label, f"{a:,.0f}", f"{b:,.0f}", f"{a / b:.1f}x"])
+            rows.append([*row, f"{b:,.0f}", f"{a / b:.1f}x"])
         else:
-            rows.append([label, f"{a:,.0f}", str(azurite), "-"])
+            rows.append([*row, str(azurite), "-"])
+    heads = ["phase", "SDK → queue-pg azure",
+             *(["same, --no-auth"] if rounds["endpoint_no_auth"] else []),
+             f"SDK → Azurite {AZURITE}", "endpoint / Azurite"]
     markdown = "\n\n".join([
         "# Azure SDK loop: messages per second, queue-pg azure vs Azurite",
         f"`{args.command_line}` — {n} messages a round, {args.rounds} rounds each taking turns"
         f" (medians), one client thread; {machine_line(machine)}; load average after"
         f" {load_after[0]}",
-        markdown_table(["phase", "SDK → queue-pg azure", f"SDK → Azurite {AZURITE}",
-                        "endpoint / Azurite"], rows, "lrrr"),
+        markdown_table(heads, rows, "l" + "r" * (len(heads) - 1)),
     ])
     data = {"scenario": "azure", "command": args.command_line, "dsn": redact_dsn(args.dsn),
             "machine": machine, "load_after": load_after, "messages": n, "rounds": rounds,
