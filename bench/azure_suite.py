@@ -194,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
              f"`{args.command_line}` — {ran - result.passed} fail, "
              f"{len(result.outcomes) - ran} skipped", "",
              "| failing test | why |", "|---|---|"]
-    lines += [f"| `{k}` | {EXPECTED_FAILURES.get(k) or 'UNEXPECTED: ' + result.messages.get(k, '')} |"
-              for k in result.failed]
+    lines += [f"| `{k}` | {EXPECTED_FAILURES.get(k) or 'UNEXPECTED: ' + result.messages.get(k, '')}"
+              " |" for k in result.failed]
     lines += [f"| `{k}` | listed as failing, but passed |" for k in result.fixed]
     markdown = "\n".join(lines)
     data = {"scenario": "azure-suite", "command": args.command_line, "passed": result.passed,
