@@ -15,6 +15,8 @@ from pathlib import Path
 from bench import (
     Scenario,
     advice,
+    azure,
+    azure_suite,
     client_cpu,
     cycle,
     failover,
@@ -51,6 +53,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     sqs.SCENARIO,
     sqs_details.SCENARIO,
     sqs_suite.SCENARIO,
+    azure.SCENARIO,
+    azure_suite.SCENARIO,
     failover.SCENARIO,
 )
 

@@ -33,6 +33,7 @@ from bench.report import (
     redact_dsn,
     write_results,
 )
+from queue_pg import sealing
 
 __all__ = ["SCENARIO", "run"]
 
@@ -148,8 +149,11 @@ def run(args: argparse.Namespace) -> int:
         db.install(dsn)
         with db.connect(dsn) as conn:
             machine = machine_info(conn)
-            row = conn.execute("SELECT * FROM queue_pg.sqs_create_key(current_user)").fetchone()
-        assert row is not None
+            # the endpoint seals its secrets with QUEUE_PG_SECRET_KEY: one for this run
+            os.environ.setdefault(sealing.ENV, sealing.generate_key())
+            me = conn.execute("SELECT current_user").fetchone()
+            assert me is not None
+            row = sealing.create_sqs_key(conn, str(me[0]))
         with _serve(["-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn, "sqs",
                      "--port"]) as url:
             log(f"boto3 through the endpoint, {n} messages a phase...")

@@ -21,6 +21,12 @@ from psycopg import conninfo
 
 import queue_pg
 from queue_pg.install import migrate
+from queue_pg.sealing import ENV as SECRET_KEY_ENV
+from queue_pg.sealing import generate_key
+
+# The endpoints store their secrets sealed with QUEUE_PG_SECRET_KEY (queue_pg/sealing.py): one
+# key for this run, made here, which the endpoints and CLIs the tests start inherit.
+os.environ.setdefault(SECRET_KEY_ENV, generate_key())
 
 # moto's SQS tests run in a pytest of their own (tests/test_sqs_conformance.py), never collected here
 collect_ignore = ["third_party"]
@@ -44,6 +50,7 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.history_rollups, queue_pg.history_sampling,
     queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
     queue_pg.azure_keys, queue_pg.azure_queue_metadata, queue_pg.azure_access_policies,
+    queue_pg.azure_service_properties,
     queue_pg.task_results,
     queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;

@@ -36,6 +36,7 @@ from azure.storage.queue import (  # noqa: E402
 
 from bench.sqs_suite import serve  # noqa: E402
 from queue_pg.azure import create_app  # noqa: E402
+from queue_pg.sealing import create_azure_key  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
 
 Service = Any
@@ -50,9 +51,7 @@ def endpoint(dsn: str) -> Iterator[str]:
 
 def _key(dsn: str, role: str, account: str | None = None) -> tuple[str, str]:
     with psycopg.connect(dsn, autocommit=True) as c:
-        row = c.execute("SELECT * FROM queue_pg.azure_create_key(%s, %s)", [role, account]).fetchone()
-    assert row is not None
-    return row[0], row[1]
+        return create_azure_key(c, role, account)
 
 
 def _conn_str(endpoint: str, account: str, key: str) -> str:
@@ -555,7 +554,7 @@ def test_keys_are_the_owners_to_read(make_role: MakeRole, clean: str) -> None:  
         with pytest.raises(psycopg.Error):
             c.execute("SELECT * FROM queue_pg.azure_keys")
         with pytest.raises(psycopg.Error):  # not for a role above its own
-            c.execute("SELECT * FROM queue_pg.azure_create_key('postgres')")
+            create_azure_key(c, "postgres")
 
 
 def test_shared_key_lite(make_service: MakeService, endpoint: str) -> None:
@@ -632,3 +631,71 @@ def test_concurrent_consumers_take_each_message_once(service: Service) -> None:
         t.join(120)
     assert not failures, failures
     assert sorted(taken) == sorted(f"m{i}" for i in range(60))
+
+
+# --- service properties, statistics, the secondary endpoint -------------------------------------
+
+def test_service_properties_are_kept_by_account(
+    make_service: MakeService, make_role: MakeRole, endpoint: str, clean: str  # noqa: F811
+) -> None:
+    """Set Queue Service Properties keeps what the SDK sets, element by element (an element not
+    given stays), for its account only; bad values are refused and change nothing."""
+    from azure.storage.queue import CorsRule, Metrics, QueueAnalyticsLogging, RetentionPolicy
+
+    service, account, _ = make_service()
+    assert service.get_service_properties()["cors"] == []  # Azure's defaults
+    rule = CorsRule(["example.com"], ["GET", "PUT"], max_age_in_seconds=600,
+                    allowed_headers=["x-ms-meta-*"], exposed_headers=[])
+    hour = Metrics(enabled=True, include_apis=True,
+                   retention_policy=RetentionPolicy(enabled=True, days=3))
+    service.set_service_properties(analytics_logging=QueueAnalyticsLogging(
+        read=True, write=True, delete=False, retention_policy=RetentionPolicy(enabled=True, days=5)),
+        hour_metrics=hour, cors=[rule])
+    service.set_service_properties(minute_metrics=Metrics(enabled=False))  # the others stay
+    got = service.get_service_properties()
+    assert (got["hour_metrics"].enabled, got["hour_metrics"].retention_policy.days) == (True, 3)
+    assert got["analytics_logging"].read and not got["analytics_logging"].delete
+    assert got["analytics_logging"].retention_policy.days == 5
+    assert [(c.allowed_origins, c.allowed_methods, c.max_age_in_seconds) for c in got["cors"]] == [
+        ("example.com", "GET,PUT", 600)]
+    with pytest.raises(HttpResponseError) as err:  # six CORS rules: Azure's limit is five
+        service.set_service_properties(cors=[rule] * 6)
+    assert err.value.status_code == 400
+    with pytest.raises(HttpResponseError):  # retention of 400 days: 1 to 365
+        service.set_service_properties(hour_metrics=Metrics(
+            enabled=True, include_apis=True, retention_policy=RetentionPolicy(enabled=True, days=400)))
+    assert len(service.get_service_properties()["cors"]) == 1
+    other_role = make_role("azprops", PRODUCER)
+    other = make_service(other_role.name)[0]
+    assert other.get_service_properties()["cors"] == []  # another account: its own
+    with other_role.connect() as c, pytest.raises(psycopg.Error, match="holds no live key"):
+        c.execute("SELECT queue_pg.azure_set_service_properties(%s, '{}')", [account])
+
+
+def test_statistics_and_the_read_only_secondary_endpoint(make_service: MakeService,
+                                                         endpoint: str) -> None:
+    """Get Queue Service Stats answers on the secondary endpoint only (a single-region service:
+    replication live, in sync now); the secondary reads the primary and refuses writes."""
+    # the Python SDK sends Get Service Stats to the secondary host: here, the same host, so
+    # the path names the location (ACCOUNT or ACCOUNT-secondary)
+    host = endpoint.removeprefix("http://")
+    service, account, key = make_service(secondary_hostname=host)
+    with pytest.raises(HttpResponseError) as err:
+        service.get_service_stats()
+    assert code(err) == "InvalidQueryParameterValue" and err.value.status_code == 400
+    service.create_queue("prim-q").send_message("on the primary")
+    secondary = QueueServiceClient(f"{endpoint}/{account}-secondary", secondary_hostname=host,
+                                   credential={"account_name": account, "account_key": key},
+                                   retry_total=0)
+    stats = secondary.get_service_stats()
+    assert stats["geo_replication"]["status"] == "live"
+    assert [q.name for q in secondary.list_queues()] == ["prim-q"]
+    q = secondary.get_queue_client("prim-q")
+    assert [m.content for m in q.peek_messages()] == ["on the primary"]
+    for write in (lambda: q.send_message("no"), lambda: secondary.create_queue("sec-q"),
+                  q.clear_messages, lambda: list(q.receive_messages())):
+        with pytest.raises(HttpResponseError) as err:
+            write()
+        assert code(err) == "InsufficientAccountPermissions" and err.value.status_code == 403
+    assert [m.content for m in service.get_queue_client("prim-q").peek_messages()] == [
+        "on the primary"]

@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 
 from bench.sqs_suite import free_port as _free_port  # noqa: E402
 from bench.sqs_suite import serve  # noqa: E402
+from queue_pg.sealing import Keyring, create_sqs_key  # noqa: E402
 from queue_pg.sqs import create_app  # noqa: E402
 from tests.procs import ended  # noqa: E402
 from tests.test_access import CONSUMER, PRODUCER, MakeRole, make_role  # noqa: E402, F401
@@ -43,9 +44,7 @@ def endpoint(dsn: str) -> Iterator[str]:
 
 def _key(dsn: str, role: str) -> tuple[str, str]:
     with psycopg.connect(dsn, autocommit=True) as c:
-        row = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role]).fetchone()
-    assert row is not None
-    return row[0], row[1]
+        return create_sqs_key(c, role)
 
 
 MakeSqs = Callable[..., Sqs]
@@ -627,21 +626,21 @@ def test_keys_an_admin_may_make_and_read(
     worker = make_role("sqsplain", PRODUCER)
     with psycopg.connect(clean) as c:
         owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    ring = Keyring.required()
     with admin.connect() as c:
-        access, _secret = c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)",
-                                    [worker.name]).fetchone()  # type: ignore[misc]
+        access, _secret = create_sqs_key(c, worker.name, ring)
         for role in (owner, "postgres"):
             with pytest.raises(AccessDenied), translate():
-                c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
+                create_sqs_key(c, role, ring)
         with pytest.raises(InvalidParameter), translate():
-            c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", ["no_such_role_at_all"])
+            create_sqs_key(c, "no_such_role_at_all", ring)
         with pytest.raises(AccessDenied), translate():
             c.execute("SELECT * FROM queue_pg.sqs_key(%s)", [access])
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             c.execute("SELECT * FROM queue_pg.sqs_keys")
         assert c.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access]).fetchone() == (True,)
     with worker.connect() as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
-        c.execute("SELECT * FROM queue_pg.sqs_create_key(%s)", [worker.name])
+        create_sqs_key(c, worker.name, ring)
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from queue_pg import errors
 from queue_pg.azure import auth as azauth
 from queue_pg.errors import translate
+from queue_pg.sealing import Keyring
 from queue_pg.sqs.app import REQUEST_ROLE, Endpoint, RequestTooLarge, _body
 from queue_pg.types import Message
 
@@ -50,6 +51,12 @@ NEVER = "Fri, 31 Dec 9999 23:59:59 GMT"
 #: messages kept until their own ttl (each message carries one).
 QUEUE_SETTINGS: dict[str, Any] = {"visibility_timeout": 30, "max_lease": MAX_VISIBILITY,
                                   "message_ttl": None}
+#: The suffix of an account's secondary endpoint (``ACCOUNT-secondary``): read-only, as Azure's
+#: read-access geo-redundant secondary; here it reads the primary itself.
+SECONDARY = "-secondary"
+#: What the secondary endpoint serves.
+READ_ONLY = frozenset({"list_queues", "get_service_properties", "get_service_stats",
+                       "get_metadata", "get_acl", "peek_messages"})
 _QUEUE_NAME = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _META = "x-ms-meta-"
 
@@ -140,9 +147,7 @@ def _int_param(params: dict[str, str], name: str, lo: int, hi: int, default: int
 
 def _message_text(body: bytes) -> str:
     """The MessageText of a ``<QueueMessage>`` body; InvalidXmlDocument when malformed."""
-    if b"<!DOCTYPE" in body.upper() or b"<!ENTITY" in body.upper():
-        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid:"
-                         " document type declarations are refused.")
+    _refuse_doctype(body)
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError as exc:
@@ -189,6 +194,66 @@ def _policies(body: bytes) -> list[dict[str, str | None]]:
     return out
 
 
+#: The order of Azure's service properties elements (others follow in their stored order).
+_PROPERTY_ORDER = ["Logging", "HourMetrics", "MinuteMetrics", "Cors", "Version", "Delete", "Read",
+                   "Write", "Enabled", "IncludeAPIs", "RetentionPolicy", "Days", "AllowedOrigins",
+                   "AllowedMethods", "MaxAgeInSeconds", "ExposedHeaders", "AllowedHeaders"]
+
+
+def _refuse_doctype(body: bytes) -> None:
+    if b"<!DOCTYPE" in body.upper() or b"<!ENTITY" in body.upper():
+        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid:"
+                         " document type declarations are refused.")
+
+
+def _element_dict(node: ElementTree.Element) -> Any:
+    children = list(node)
+    if not children:
+        return (node.text or "").strip()
+    return {child.tag: _element_dict(child) for child in children}
+
+
+def _properties_of(body: bytes) -> dict[str, Any]:
+    """The elements of a Set Queue Service Properties body (``<StorageServiceProperties>``),
+    as queue_pg.azure_set_service_properties takes them (CORS rules as a list)."""
+    _refuse_doctype(body)
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as exc:
+        raise AzureError(400, "InvalidXmlDocument",
+                         f"XML specified is not syntactically valid: {exc}") from None
+    if root.tag != "StorageServiceProperties":
+        raise AzureError(400, "InvalidXmlDocument", "XML specified is not syntactically valid."
+                         " The root element must be StorageServiceProperties.")
+    out: dict[str, Any] = {}
+    for child in root:
+        if child.tag == "Cors":
+            out["Cors"] = [_element_dict(rule) for rule in child if rule.tag == "CorsRule"]
+        else:
+            value = _element_dict(child)
+            out[child.tag] = value if isinstance(value, dict) else {}
+    return out
+
+
+def _ordered(items: dict[str, Any]) -> list[tuple[str, Any]]:
+    rank = {name: i for i, name in enumerate(_PROPERTY_ORDER)}
+    return sorted(items.items(), key=lambda kv: rank.get(kv[0], len(rank)))
+
+
+def _element_xml(name: str, value: Any) -> str:
+    if isinstance(value, dict):
+        inner = "".join(_element_xml(k, v) for k, v in _ordered(value))
+    elif isinstance(value, list):  # the CORS rules
+        inner = "".join(_element_xml("CorsRule", rule) for rule in value)
+    else:
+        inner = escape(str(value))
+    return f"<{name}>{inner}</{name}>"
+
+
+def _properties_xml(properties: dict[str, Any]) -> str:
+    return _element_xml("StorageServiceProperties", properties)
+
+
 def _xml(body: str) -> Response:
     return Response('<?xml version="1.0" encoding="utf-8"?>' + body,
                     media_type="application/xml")
@@ -225,6 +290,8 @@ def _operation(method: str, parts: list[str], params: dict[str, str]) -> str:
     table: dict[tuple[str, int, str], str] = {
         ("GET", 1, "list"): "list_queues",
         ("GET", 1, "properties"): "get_service_properties",
+        ("PUT", 1, "properties"): "set_service_properties",
+        ("GET", 1, "stats"): "get_service_stats",
         ("PUT", 2, ""): "create_queue",
         ("DELETE", 2, ""): "delete_queue",
         ("GET", 2, "metadata"): "get_metadata",
@@ -255,8 +322,8 @@ class AzureEndpoint(Endpoint):
     every role) with Azure's keys and signatures."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
-                 account: str | None = None) -> None:
-        super().__init__(dsn, auth=auth, pool_size=pool_size)
+                 account: str | None = None, keyring: Keyring | None = None) -> None:
+        super().__init__(dsn, auth=auth, pool_size=pool_size, keyring=keyring)
         self.account = account
 
     async def role_of(self, request: Request, body: bytes) -> str | None:
@@ -309,18 +376,21 @@ class AzureEndpoint(Endpoint):
             with translate():
                 row = await (await conn.execute(
                     "SELECT secret_key, role FROM queue_pg.azure_key(%s)", [account])).fetchone()
-        if row is None:
+        secret = None if row is None else self.secret_of(row[0], "azure", str(row[1]), account)
+        if row is None or secret is None:
             raise azauth.AuthError("Server failed to authenticate the request: the account has no"
                                  " live key.")
-        return str(row[0]), str(row[1])
+        return secret, str(row[1])
 
 
 class Call:
     """One request's operation, run as its role on the endpoint's client."""
 
     def __init__(self, endpoint: AzureEndpoint, request: Request, body: bytes,
-                 queue: str | None, message_id: str | None, params: dict[str, str]) -> None:
+                 queue: str | None, message_id: str | None, params: dict[str, str],
+                 account: str = "", secondary: bool = False) -> None:
         self.client = endpoint.client
+        self.account, self.secondary = account, secondary
         self.request, self.body, self.params = request, body, params
         self.queue = queue or ""
         self.message_id = message_id
@@ -333,13 +403,24 @@ class Call:
                 return await cur.fetchall() if cur.description else []
 
     async def get_service_properties(self) -> Response:
-        """Azure's defaults, fixed: no logging, metrics or CORS rules (Set is not served)."""
-        off = "<Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy>"
-        return _xml("<StorageServiceProperties><Logging><Version>1.0</Version><Delete>false"
-                    "</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>"
-                    f"false</Enabled></RetentionPolicy></Logging><HourMetrics><Version>1.0"
-                    f"</Version>{off}</HourMetrics><MinuteMetrics><Version>1.0</Version>{off}"
-                    "</MinuteMetrics><Cors /></StorageServiceProperties>")
+        """Azure's defaults, with what Set Queue Service Properties stored for the account."""
+        rows = await self._sql("SELECT queue_pg.azure_service_properties(%s)", [self.account])
+        return _xml(_properties_xml(rows[0][0]))
+
+    async def set_service_properties(self) -> Response:
+        await self._sql("SELECT queue_pg.azure_set_service_properties(%s, %s)",
+                        [self.account, Jsonb(_properties_of(self.body))])
+        return Response(status_code=202)
+
+    async def get_service_stats(self) -> Response:
+        """Replication of a single-region service: the secondary is the primary itself, so it
+        is live and in sync as of now. Served on the secondary endpoint only, as Azure."""
+        if not self.secondary:
+            raise _bad_query("comp", "stats", "Get Queue Service Stats is served on the"
+                             " secondary endpoint (ACCOUNT-secondary) only")
+        return _xml("<StorageServiceStats><GeoReplication><Status>live</Status><LastSyncTime>"
+                    f"{_http_date(datetime.now(timezone.utc))}</LastSyncTime></GeoReplication>"
+                    "</StorageServiceStats>")
 
     async def list_queues(self) -> Response:
         n = _int_param(self.params, "maxresults", 1, 5000, 5000)
@@ -498,11 +579,15 @@ class Call:
             "x-ms-popreceipt": new_receipt, "x-ms-time-next-visible": _http_date(visible)})
 
 
-def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
+def _split(request: Request, account: str | None) -> tuple[str, list[str], bool]:
+    """(account, path parts, whether the URL is the account's secondary endpoint)."""
     parts = [p for p in request.url.path.split("/") if p]
     if not parts:
         raise AzureError(400, "InvalidUri", "The URL names no account: use"
                          " http://HOST:PORT/ACCOUNT/QUEUE.")
+    secondary = parts[0].endswith(SECONDARY)
+    if secondary:
+        parts[0] = parts[0][:-len(SECONDARY)]
     if account is not None and parts[0] != account:
         raise AzureError(400, "InvalidUri", f"This endpoint serves account {account} only.")
     if len(parts) >= 2 and not 3 <= len(parts[1]) <= 63:
@@ -514,31 +599,37 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str]]:
                          " single dashes, starting and ending with a letter or digit.")
     if len(parts) == 4 and not (parts[3].isdigit() and parts[3][0] != "0"):
         raise AzureError(404, "MessageNotFound", "The specified message does not exist.")
-    return parts[0], parts
+    return parts[0], parts, secondary
 
 
 def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
-               account: str | None = None) -> Starlette:
+               account: str | None = None, keyring: Keyring | None = None) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
     ``account``: the one account name served (None: any account with a live key; without
-    auth, any name)."""
-    endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account)
+    auth, any name). ``keyring`` opens the stored account keys (default:
+    ``QUEUE_PG_SECRET_KEY``); with ``auth``, :class:`~queue_pg.sealing.SecretKeyMissing` when
+    there is none."""
+    endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account,
+                             keyring=keyring)
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         version = request.headers.get("x-ms-version", VERSION)
         try:
             body = await _body(request)
-            acct, parts = _split(request, endpoint.account)
+            acct, parts, secondary = _split(request, endpoint.account)
             params = {k.lower(): v for k, v in request.query_params.items()
                       if k not in azauth.SAS_PARAMS}
             operation = _operation(request.method, parts, params)
+            if secondary and operation not in READ_ONLY:
+                raise AzureError(403, "InsufficientAccountPermissions", "The secondary endpoint"
+                                 " is read-only: write operations go to the primary.")
             await endpoint.open()
             queue = parts[1] if len(parts) >= 2 else None
             role = await endpoint.authorize(request, acct, queue, operation)
             call = Call(endpoint, request, body, queue, parts[3] if len(parts) == 4 else None,
-                        params)
+                        params, acct, secondary)
             run: Callable[[], Any] = getattr(call, operation)
             token = REQUEST_ROLE.set(role)  # every connection the call borrows takes it
             try:

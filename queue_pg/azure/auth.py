@@ -239,6 +239,8 @@ def check_sas(req: Request, sas: Sas, account: str, queue: str | None, key: str,
 #: needed ("": no account SAS may), queue SAS permission (None: no queue SAS may)).
 NEEDS: dict[str, tuple[str, str, str | None]] = {
     "get_service_properties": ("s", "r", None),
+    "set_service_properties": ("s", "w", None),
+    "get_service_stats": ("s", "r", None),
     "list_queues": ("s", "l", None),
     "create_queue": ("c", "cw", None),
     "delete_queue": ("c", "d", None),

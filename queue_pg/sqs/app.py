@@ -35,6 +35,7 @@ from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
 from queue_pg.dsn import pooler_of
 from queue_pg.errors import translate
+from queue_pg.sealing import Keyring, SealError, is_sealed
 from queue_pg.sqs import actions, moves, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe, message
 
@@ -146,7 +147,11 @@ class Endpoint:
     requests of every role, and the stepper of move tasks."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
-                 region: str = sigv4.DEFAULT_REGION) -> None:
+                 region: str = sigv4.DEFAULT_REGION, keyring: Keyring | None = None) -> None:
+        #: opens the stored secrets (queue_pg/sealing.py); with auth, one must be given or set
+        #: in the environment (SecretKeyMissing)
+        self.keyring = (keyring or Keyring.required()) if auth else None
+        self._plain_warned: set[str] = set()
         # the queue_pg_pooler option (or QUEUE_PG_POOLER) taken out of the DSN libpq sees
         stripped, self.pooler = pooler_of(None, dsn)
         self.dsn = stripped or dsn
@@ -235,6 +240,22 @@ class Endpoint:
                 await pool.close()
         self._pool = self._keys = None
 
+    def secret_of(self, stored: str | None, kind: str, role: str, ident: str) -> str | None:
+        """The plain secret of a stored key (opened with the keyring), or None when it does
+        not open: the key is then refused as unknown, and the reason logged."""
+        if stored is None:
+            return None
+        assert self.keyring is not None
+        if not is_sealed(stored) and ident not in self._plain_warned:
+            self._plain_warned.add(ident)
+            logger.warning("queue_pg.%s: key %s is stored in plain (made before revision 0029):"
+                           " run `queue-pg secret-key seal`", kind, ident)
+        try:
+            return self.keyring.reveal(stored, kind, role)
+        except SealError as exc:
+            logger.error("queue_pg.%s: key %s refused: %s", kind, ident, exc)
+            return None
+
     async def role_of(self, request: Request, body: bytes) -> str | None:
         """The role the request runs as; SignatureError when it is not signed by a live key
         (in its Authorization header, or in its query string: a presigned URL)."""
@@ -256,15 +277,17 @@ class Endpoint:
                 row = await (await conn.execute(
                     "SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [cred.access_key]
                 )).fetchone()
-        if row is None:
+        secret = None if row is None else self.secret_of(row[0], "sqs", str(row[1]),
+                                                          cred.access_key)
+        if row is None or secret is None:
             raise sigv4.SignatureError("InvalidClientTokenId",
                                        "The security token included in the request is invalid.")
         raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
         if presigned is not None:
-            sigv4.verify_presigned(presigned, row[0], request.method, raw_path, pairs, headers,
+            sigv4.verify_presigned(presigned, secret, request.method, raw_path, pairs, headers,
                                    body)
         else:
-            sigv4.verify(cred, row[0], request.method, raw_path, pairs, headers, body)
+            sigv4.verify(cred, secret, request.method, raw_path, pairs, headers, body)
         return str(row[1])
 
 
@@ -309,12 +332,14 @@ def _query_call(request: Request, body: bytes, base: str) -> tuple[str, dict[str
 
 
 def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
-               region: str = sigv4.DEFAULT_REGION) -> Starlette:
+               region: str = sigv4.DEFAULT_REGION, keyring: Keyring | None = None) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
+    ``keyring`` opens the stored secrets (default: ``QUEUE_PG_SECRET_KEY``); with ``auth``,
+    :class:`~queue_pg.sealing.SecretKeyMissing` when there is none.
     JSON protocol when the request has ``X-Amz-Target``, else the query protocol. ``region``:
     the one region signatures must be scoped to."""
-    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region)
+    endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region, keyring=keyring)
 
     async def handle(request: Request) -> Response:
         is_query = "x-amz-target" not in request.headers

@@ -78,3 +78,6 @@ DROP FUNCTION IF EXISTS queue_pg.stats(text);
 DROP FUNCTION IF EXISTS queue_pg.alter_tuning(text, text, boolean, double precision, double precision, text[]);
 -- issue 35 (revoke a running job): cancel_message's `terminate`
 DROP FUNCTION IF EXISTS queue_pg.cancel_message(text, bigint);
+-- revision 0029 (sealed endpoint secrets): the key makers that made the secret in SQL
+DROP FUNCTION IF EXISTS queue_pg.sqs_create_key(name);
+DROP FUNCTION IF EXISTS queue_pg.azure_create_key(name, text);

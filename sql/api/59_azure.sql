@@ -4,17 +4,20 @@
 -- who is not the owner may not make a key for a role above its own, and only the owner reads
 -- secrets back (as 59_sqs.sql does for SQS keys).
 
--- A new key for `role` under `account_name` (NULL: a generated name): Azure's 3 - 24 lower-case
--- letters and digits, one live key a name. The key is 64 random bytes (gen_random_uuid's
--- randomness, 122 bits a uuid), base64 as Azure's account keys.
-CREATE OR REPLACE FUNCTION queue_pg.azure_create_key(role name, account_name text DEFAULT NULL)
-RETURNS TABLE (account text, secret_key text)
+-- A new key for `role` under `account_name` (NULL: a generated name), returned: Azure's 3 - 24
+-- lower-case letters and digits, one live key a name. The key itself (64 random bytes, base64 as
+-- Azure's account keys) is made and sealed by the caller (queue_pg/sealing.py): the database
+-- never sees it in plain, and the table's azure_keys_sealed check refuses anything else.
+CREATE OR REPLACE FUNCTION queue_pg.azure_create_key(role name, sealed_secret text,
+                                                     account_name text DEFAULT NULL)
+RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     name_ text := coalesce(account_name,
                            'qp' || left(replace(gen_random_uuid()::text, '-', ''), 16));
 BEGIN
     PERFORM queue_pg._check_key_role(role, 'an Azure key');
+    PERFORM queue_pg._check_sealed(sealed_secret);
     IF name_ !~ '^[a-z0-9]{3,24}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'QP003',
             MESSAGE = format('account = %s is invalid: allowed 3 to 24 lower-case letters and digits',
@@ -25,13 +28,9 @@ BEGIN
             MESSAGE = format('account = %s is invalid: it has a live key (revoke it first)',
                              quote_literal(name_));
     END IF;
-    account := name_;
-    secret_key := replace(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text
-                                                || gen_random_uuid()::text || gen_random_uuid()::text,
-                                                '-', ''), 'hex'), 'base64'), E'\n', '');
     INSERT INTO queue_pg.azure_keys (account, secret_key, role)
-    VALUES (name_, azure_create_key.secret_key, azure_create_key.role);
-    RETURN NEXT;
+    VALUES (name_, sealed_secret, azure_create_key.role);
+    RETURN name_;
 END $$;
 
 -- Revoke an account's live key: true when it had one.
@@ -239,4 +238,94 @@ BEGIN
     RETURN QUERY SELECT a.start, a.expiry, a.permission
                  FROM queue_pg.azure_access_policies a JOIN queue_pg.queues q ON q.id = a.queue_id
                  WHERE q.name = azure_access_policy.queue AND a.id = azure_access_policy.id;
+END $$;
+
+-- An account's service-level settings are its key's role's: the caller must be the role of the
+-- account's live key (or the owner: the endpoint without auth, or an operator), so a key of one
+-- account changes nothing of another's.
+CREATE OR REPLACE FUNCTION queue_pg._azure_account_of_caller(account text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF queue_pg._is_owner() THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM queue_pg.azure_keys k
+                   WHERE k.account = _azure_account_of_caller.account AND k.revoked_at IS NULL
+                     AND k.role = queue_pg._caller()) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s holds no live key of account %s',
+                             quote_literal(queue_pg._caller()), quote_literal(left(account, 100)));
+    END IF;
+END $$;
+
+-- Get Queue Service Properties: Azure's defaults (no logging, metrics or CORS rules), each
+-- top-level element replaced by what Set Queue Service Properties stored for the account.
+CREATE OR REPLACE FUNCTION queue_pg.azure_service_properties(account text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    off jsonb := '{"Version": "1.0", "Enabled": "false", "RetentionPolicy": {"Enabled": "false"}}'::jsonb;
+BEGIN
+    PERFORM queue_pg._azure_account_of_caller(account);
+    RETURN jsonb_build_object(
+        'Logging', '{"Version": "1.0", "Delete": "false", "Read": "false", "Write": "false",
+                     "RetentionPolicy": {"Enabled": "false"}}'::jsonb,
+        'HourMetrics', off, 'MinuteMetrics', off, 'Cors', '[]'::jsonb)
+        || coalesce((SELECT p.properties FROM queue_pg.azure_service_properties p
+                     WHERE p.account = azure_service_properties.account), '{}');
+END $$;
+
+-- Set Queue Service Properties: the top-level elements given replace the stored ones, those not
+-- given stay (as Azure). Checked as Azure: at most 5 CORS rules, retention of 1 to 365 days,
+-- booleans 'true' / 'false', a CORS rule's MaxAgeInSeconds a whole number >= 0.
+CREATE OR REPLACE FUNCTION queue_pg.azure_set_service_properties(account text, properties jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    bad text;
+BEGIN
+    PERFORM queue_pg._azure_account_of_caller(account);
+    IF properties IS NULL OR jsonb_typeof(properties) <> 'object' THEN
+        PERFORM queue_pg._raise('QP003', 'properties must be a JSON object');
+    END IF;
+    SELECT k INTO bad FROM jsonb_object_keys(properties) k
+    WHERE k NOT IN ('Logging', 'HourMetrics', 'MinuteMetrics', 'Cors') LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('properties.%s is invalid: allowed Logging, HourMetrics, MinuteMetrics, Cors',
+                             left(bad, 100));
+    END IF;
+    IF properties ? 'Cors' THEN
+        IF jsonb_typeof(properties -> 'Cors') <> 'array' THEN
+            PERFORM queue_pg._raise('QP003', 'properties.Cors must be an array of rules');
+        END IF;
+        PERFORM queue_pg._check('len(Cors)', jsonb_array_length(properties -> 'Cors'), 0, 5, 'Cors');
+        SELECT r::text INTO bad FROM jsonb_array_elements(properties -> 'Cors') r
+        WHERE jsonb_typeof(r) <> 'object' OR coalesce(r ->> 'MaxAgeInSeconds', '') !~ '^\d{1,9}$'
+           OR coalesce(r ->> 'AllowedOrigins', '') = '' OR coalesce(r ->> 'AllowedMethods', '') = ''
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'QP003',
+                MESSAGE = format('CORS rule %s is invalid: allowed AllowedOrigins and AllowedMethods'
+                                 ' given, MaxAgeInSeconds a whole number from 0', left(bad, 200));
+        END IF;
+    END IF;
+    SELECT e.key INTO bad
+    FROM jsonb_each(properties - 'Cors') e
+    WHERE jsonb_typeof(e.value) <> 'object'
+       OR EXISTS (SELECT 1 FROM jsonb_each_text(e.value) f
+                  WHERE f.key IN ('Enabled', 'Delete', 'Read', 'Write', 'IncludeAPIs')
+                    AND f.value NOT IN ('true', 'false'))
+       OR coalesce(e.value #>> '{RetentionPolicy,Enabled}', 'false') NOT IN ('true', 'false')
+       OR (e.value #>> '{RetentionPolicy,Enabled}' = 'true'
+           AND coalesce(e.value #>> '{RetentionPolicy,Days}', '') !~ '^([1-9]|[1-9]\d|[12]\d\d|3[0-5]\d|36[0-5])$')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('properties.%s is invalid: allowed booleans true or false, and a'
+                             ' RetentionPolicy enabled with Days of 1 to 365', bad);
+    END IF;
+    INSERT INTO queue_pg.azure_service_properties AS p (account, properties)
+    VALUES (account, properties)
+    ON CONFLICT ON CONSTRAINT azure_service_properties_pkey
+    DO UPDATE SET properties = p.properties || excluded.properties, updated_at = clock_timestamp();
 END $$;

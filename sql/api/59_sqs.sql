@@ -4,18 +4,20 @@
 -- may not make a key for a role above its own (a superuser, or one with the owner's privileges),
 -- and only the owner reads secrets back: else an admin could act as the owner through the endpoint.
 
--- A new key for `role`: an access key id (AKQP + 16 hex digits, upper case) and a 40-character
--- secret from gen_random_uuid's randomness (122 random bits each uuid, two of them).
-CREATE OR REPLACE FUNCTION queue_pg.sqs_create_key(role name)
-RETURNS TABLE (access_key text, secret_key text)
+-- A new key for `role`: an access key id (AKQP + 16 hex digits, upper case), returned, with the
+-- secret the caller made and sealed (queue_pg/sealing.py: the database never sees the secret in
+-- plain; the table's sqs_keys_sealed check refuses anything else).
+CREATE OR REPLACE FUNCTION queue_pg.sqs_create_key(role name, sealed_secret text)
+RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    id text := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
 BEGIN
     PERFORM queue_pg._check_key_role(role, 'an SQS key');
-    access_key := 'AKQP' || upper(left(replace(gen_random_uuid()::text, '-', ''), 16));
-    secret_key := left(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 40);
+    PERFORM queue_pg._check_sealed(sealed_secret);
     INSERT INTO queue_pg.sqs_keys (access_key, secret_key, role)
-    VALUES (sqs_create_key.access_key, sqs_create_key.secret_key, sqs_create_key.role);
-    RETURN NEXT;
+    VALUES (id, sealed_secret, sqs_create_key.role);
+    RETURN id;
 END $$;
 
 -- Revoke a key: true when it was live.

@@ -199,7 +199,9 @@ BEGIN
                                       'sqs_add_permission', 'sqs_remove_permission',
                                       -- Azure queue metadata (59_azure.sql)
                                       'azure_set_metadata', 'azure_metadata', 'azure_list_queues',
-                                      'azure_set_acl', 'azure_acl')
+                                      'azure_set_acl', 'azure_acl',
+                                      -- the account's own (its key's role): 59_azure.sql
+                                      'azure_service_properties', 'azure_set_service_properties')
                        THEN ARRAY['queue_pg_producer', 'queue_pg_consumer']
                    ELSE '{}'::text[]
                END AS execute_to

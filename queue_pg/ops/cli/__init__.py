@@ -19,6 +19,7 @@ from queue_pg.ops.cli import admin, advice, messages, queues, surfaces
 from queue_pg.ops.cli import tasks as task_commands
 from queue_pg.ops.cli.azure import azure
 from queue_pg.ops.cli.dashboard import dashboard
+from queue_pg.ops.cli.endpoints import secret_key
 from queue_pg.ops.cli.redrive import redrive
 from queue_pg.ops.cli.server import server
 from queue_pg.ops.cli.spark import spark
@@ -71,5 +72,5 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *admin.COMMANDS, *advice.COMMANDS, server,
                  spark, worker_command, *surfaces.COMMANDS, *task_commands.COMMANDS, redrive,
-                 dashboard, sqs, azure):
+                 dashboard, sqs, azure, secret_key):
     main.add_command(_command)

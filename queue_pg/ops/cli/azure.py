@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from queue_pg.ops.cli.endpoints import key_row, serve
+from queue_pg.ops.cli.endpoints import keyring, serve, with_owner
 from queue_pg.ops.cli.state import State, fail, pass_state
 from queue_pg.ops.display import out, shown
 
@@ -38,8 +38,8 @@ def azure(ctx: click.Context, host: str, port: int, account: str | None, no_auth
         from queue_pg.azure import create_app
     except ImportError as exc:
         fail(f"{exc}: pip install 'queue-pg[azure]'")
-    serve(ctx, "azure", lambda dsn: create_app(dsn, auth=not no_auth, pool_size=pool_size,
-                                               account=account),
+    serve(ctx, "azure", lambda dsn, ring: create_app(dsn, auth=not no_auth, pool_size=pool_size,
+                                                     account=account, keyring=ring),
           f"Azure Queue endpoint (account {shown(account or 'ACCOUNT')})", host, port, no_auth)
 
 
@@ -54,9 +54,12 @@ def key() -> None:
               help="The account name (3-24 lower-case letters and digits; default: generated).")
 @pass_state
 def create_key(state: State, role: str, account: str | None) -> None:
-    """A new key for ROLE: prints the account name and its base64 key (shown only now)."""
-    row = key_row(state, "SELECT * FROM queue_pg.azure_create_key(%s, %s)", [role, account])
-    assert row is not None
+    """A new key for ROLE: prints the account name and its base64 key (shown only now; stored
+    sealed with QUEUE_PG_SECRET_KEY)."""
+    from queue_pg.sealing import create_azure_key
+
+    ring = keyring("azure")
+    row = with_owner(state, lambda conn: create_azure_key(conn, role, account, ring))
     out().print(f"AccountName {row[0]}\nAccountKey  {row[1]}", markup=False, highlight=False)
 
 
@@ -65,7 +68,8 @@ def create_key(state: State, role: str, account: str | None) -> None:
 @pass_state
 def revoke_key(state: State, account: str) -> None:
     """Revoke an account's key: its next request is refused."""
-    row = key_row(state, "SELECT queue_pg.azure_revoke_key(%s)", [account])
+    row = with_owner(state, lambda conn: conn.execute(
+        "SELECT queue_pg.azure_revoke_key(%s)", [account]).fetchone())
     if not (row and row[0]):
         fail(f"no live key for account {account}")
     out().print(f"revoked {shown(account)}")

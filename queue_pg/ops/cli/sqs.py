@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from queue_pg.ops.cli.endpoints import key_row, serve
+from queue_pg.ops.cli.endpoints import keyring, serve, with_owner
 from queue_pg.ops.cli.state import State, fail, pass_state
 from queue_pg.ops.display import out, shown
 
@@ -36,8 +36,8 @@ def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int,
         from queue_pg.sqs import create_app
     except ImportError as exc:
         fail(f"{exc}: pip install 'queue-pg[sqs]'")
-    serve(ctx, "sqs", lambda dsn: create_app(dsn, auth=not no_auth, pool_size=pool_size,
-                                             region=region),
+    serve(ctx, "sqs", lambda dsn, ring: create_app(dsn, auth=not no_auth, pool_size=pool_size,
+                                                   region=region, keyring=ring),
           "SQS endpoint", host, port, no_auth)
 
 
@@ -50,9 +50,12 @@ def key() -> None:
 @click.argument("role")
 @pass_state
 def create_key(state: State, role: str) -> None:
-    """A new key for ROLE: prints the access key id and the secret (shown only now)."""
-    row = key_row(state, "SELECT * FROM queue_pg.sqs_create_key(%s)", [role])
-    assert row is not None
+    """A new key for ROLE: prints the access key id and the secret (shown only now; stored
+    sealed with QUEUE_PG_SECRET_KEY)."""
+    from queue_pg.sealing import create_sqs_key
+
+    ring = keyring("sqs")
+    row = with_owner(state, lambda conn: create_sqs_key(conn, role, ring))
     out().print(f"aws_access_key_id     {row[0]}\naws_secret_access_key {row[1]}")
 
 
@@ -61,7 +64,8 @@ def create_key(state: State, role: str) -> None:
 @pass_state
 def revoke_key(state: State, access_key: str) -> None:
     """Revoke a key: its next request is refused."""
-    row = key_row(state, "SELECT queue_pg.sqs_revoke_key(%s)", [access_key])
+    row = with_owner(state, lambda conn: conn.execute(
+        "SELECT queue_pg.sqs_revoke_key(%s)", [access_key]).fetchone())
     if not (row and row[0]):
         fail(f"no live key {access_key}")
     out().print(f"revoked {shown(access_key)}")
