@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -239,17 +240,18 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                 t = now - began
                 holding = hold_started is not None and t - hold_started < p.hold + p.sample / 2
                 rate = (d - last_deleted) / (now - last_t)
+                load1 = os.getloadavg()[0]  # other work on the machine, to judge the rate by
                 samples.append({
                     "t": round(t, 2), "msgs_per_s": round(rate, 1), "deleted": d,
                     "queued": sent.value - d, "heap_bytes": heap, "index_bytes": index,
                     "live_tuples": live, "dead_tuples": dead, "vacuums": server["vacuums"],
                     "checkpoints": server["checkpoints"], "wal_bytes": server["wal_bytes"],
                     "holding": bool(holding and hold_started is not None and t >= hold_started),
-                    "groups": groups,
+                    "groups": groups, "load1": round(load1, 2),
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""
                 log(f"  {t:6.1f} s  {rate:8.0f} msg/s  heap {heap / 2**20:7.1f} MiB  index "
-                    f"{index / 2**20:7.1f} MiB  dead {dead:>9}{mark}")
+                    f"{index / 2**20:7.1f} MiB  dead {dead:>9}  load {load1:5.2f}{mark}")
                 last_t, last_deleted = now, d
                 next_at += p.sample
             if now - began >= p.seconds:
@@ -465,11 +467,12 @@ def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
                  " / ".join(str(n) for n in summary["partitions"])))
     rows.append(("messages processed", f"{summary['messages_processed']:,}"))
     table = markdown_table(
-        ["minute", "msg/s", *[f"{g} MiB" for g in GROUPS], "messages dead"],
+        ["minute", "msg/s", *[f"{g} MiB" for g in GROUPS], "messages dead", "load (1 min)"],
         [(f"{s['t'] / 60:.1f}", f"{s['msgs_per_s']:,.0f}",
           *[f"{s['groups'][g]['bytes'] / mib:,.1f}" for g in GROUPS],
-          f"{s['groups']['messages']['dead']:,}") for s in samples],
-        "rrrrrr")
+          f"{s['groups']['messages']['dead']:,}", f"{s.get('load1', float('nan')):.1f}")
+         for s in samples],
+        "rrrrrrr")
     markdown = "\n\n".join([
         "# Soak (bloat)",
         f"Machine: {machine_line(machine)}",
