@@ -146,16 +146,20 @@ def test_tuning_quick_runs_every_message_to_the_end(server_dsn: str, tmp_path: P
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # a JVM and two rounds of five methods; minutes on a busy host
 def test_spark_smoke_enqueues_and_advises(server_dsn: str, tmp_path: Path) -> None:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'queue-pg[spark]'")
     rc = main(["spark", "--dsn", server_dsn, "--rows", "3000", "--history-rows", "3000",
-               "--out", str(tmp_path), "--database", _db_name(), "--quiet"])
+               "--rounds", "2", "--out", str(tmp_path), "--database", _db_name(), "--quiet"])
     assert rc == 0
     data = _load(tmp_path / "spark.json")
-    assert set(data["results"]) == {"enqueue", "jdbc", "jdbc_like", "send_batch", "advisor_spark", "advisor_sql"}
+    assert set(data["results"]) == {"enqueue", "raw_copy", "jdbc", "jdbc_like", "send_batch",
+                                    "advisor_spark", "advisor_sql"}
     assert data["results"]["enqueue"]["rows"] == 3000
+    assert len(data["results"]["raw_copy"]["runs"]) == 2 and len(data["enqueue_vs_raw_copy"]) == 2
     assert data["results"]["advisor_sql"]["same_advice"] is True
-    assert "queue_pg.spark.enqueue" in (tmp_path / "spark.md").read_text()
+    md = (tmp_path / "spark.md").read_text()
+    assert "queue_pg.spark.enqueue" in md and "sink ÷ raw COPY into queue_pg.messages" in md
 
 
 @pytest.mark.parametrize("system", ["pgqueuer", "procrastinate", "celery", "rq"])
