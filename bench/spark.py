@@ -34,7 +34,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import (
+    cpu_seconds,
+    machine_info,
+    machine_line,
+    markdown_table,
+    redact_dsn,
+    write_results,
+)
 from bench.throughput import logger
 
 RESULT_NAME = "spark"
@@ -141,12 +148,6 @@ def _fresh(dsn: str) -> None:
 _KINDS = (("postgres", "postgres: "), ("jvm", "org.apache.spark"), ("python", "pyspark"))
 
 
-def _cpu_seconds(pid: str) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 @contextlib.contextmanager
 def _cpu_split(database: str, into: dict[str, float]) -> Iterator[None]:
     """CPU seconds spent in the block by kind of process (_KINDS), whatever else runs on the
@@ -176,7 +177,7 @@ def _cpu_split(database: str, into: dict[str, float]) -> Iterator[None]:
             if k is None:
                 continue
             try:
-                cpu = _cpu_seconds(pid)
+                cpu = cpu_seconds(pid)
             except OSError:
                 continue
             if pid not in first:
