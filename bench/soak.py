@@ -572,7 +572,8 @@ def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
          f"{server.get('autovacuum', '?')}, {server.get('autovacuum_naptime', '?')}"),
         (f"throughput, first / last {window} (mean)",
          f"{summary['start_msgs_per_s']:,.0f} / {summary['end_msgs_per_s']:,.0f} msg/s"
-         f" ({summary['end_vs_start']:.0%}; target ≥ 90%)"),
+         + (f" ({summary['end_vs_start']:.0%}; target ≥ 90%)"
+            if summary["end_vs_start"] is not None else " (no messages in the first window)")),
         (f"load average (1 min), first / last {window} (mean; 2 cores)",
          f"{summary['load_start']:.1f} / {summary['load_end']:.1f}"),
         (f"CPU per 1,000 messages (clients + their server processes), first / last {window}",
