@@ -114,6 +114,13 @@ def command_line(argv: Sequence[str]) -> str:
     return "python -m bench " + " ".join(shlex.quote(a) for a in shown)
 
 
+def cpu_seconds(pid: int | str) -> float:
+    """CPU time (user + system) process ``pid`` has used so far, from /proc (Linux only)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

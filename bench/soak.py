@@ -25,14 +25,23 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import (
+    cpu_seconds,
+    machine_info,
+    machine_line,
+    markdown_table,
+    redact_dsn,
+    write_results,
+)
 
 __all__ = ["SCENARIO", "run"]
 
@@ -201,6 +210,74 @@ def _prepare(dsn: str, p: Params) -> None:
         db.vacuum_analyze(conn)
 
 
+class _CpuMeter:
+    """CPU seconds the load has used: its client processes, and the server processes of its
+    database (backends, autovacuum workers), read from /proc every 0.25 s so that short-lived
+    ones count too (Linux; elsewhere it stays at 0). Per message it does not move with the
+    machine's other load, where messages per second do: the way to tell a slower queue from a
+    busier machine."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.clients: set[int] = set()
+        self._kind: dict[int, str | None] = {}
+        self._last: dict[int, float] = {}
+        self.used = {"clients": 0.0, "server": 0.0}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _classify(self, pid: int) -> str | None:
+        if pid in self.clients:
+            return "clients"
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+        return "server" if cmd.startswith("postgres: ") and self.database in cmd.split() else None
+
+    def scan(self) -> None:
+        if not os.path.isdir("/proc/self"):
+            return
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid not in self._kind:
+                self._kind[pid] = self._classify(pid)
+            kind = self._kind[pid]
+            if kind is None:
+                continue
+            try:
+                now = cpu_seconds(pid)
+            except OSError:
+                continue
+            with self._lock:
+                self.used[kind] += now - self._last.get(pid, 0.0)
+                self._last[pid] = now
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            self.scan()
+
+    def start(self, clients: list[int]) -> None:
+        self.clients = set(clients)
+        self._kind.clear()
+        self.scan()
+        self.used = {"clients": 0.0, "server": 0.0}  # from here on
+        self._thread.start()
+
+    def read(self) -> dict[str, float]:
+        self.scan()
+        with self._lock:
+            return dict(self.used)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")
     sent = ctx.Value("q", p.backlog)
@@ -214,11 +291,14 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
               for _ in range(p.consumers)]
     holder = ctx.Process(target=_holder, args=(dsn, p, hold_ready, hold_stop))
     samples: list[dict[str, Any]] = []
+    meter = _CpuMeter(p.database)
     with db.connect(dsn) as conn:
         for proc in procs:
             proc.start()
+        meter.start([proc.pid for proc in procs if proc.pid is not None])
         began = time.monotonic()
         last_t, last_deleted = began, deleted.value
+        last_cpu = meter.read()
         hold_started: float | None = None
         next_at = began + p.sample
         while True:
@@ -239,24 +319,34 @@ def _run_load(dsn: str, p: Params, log: Any) -> list[dict[str, Any]]:
                 t = now - began
                 holding = hold_started is not None and t - hold_started < p.hold + p.sample / 2
                 rate = (d - last_deleted) / (now - last_t)
+                load1 = os.getloadavg()[0]  # other work on the machine, to judge the rate by
+                cpu = meter.read()
+                used = {k: cpu[k] - last_cpu[k] for k in cpu}
+                cpu_per_k = (sum(used.values()) * 1000 / ((d - last_deleted) / 1000)
+                             if d > last_deleted else None)  # CPU ms per 1,000 messages
                 samples.append({
                     "t": round(t, 2), "msgs_per_s": round(rate, 1), "deleted": d,
+                    "messages": d - last_deleted,
                     "queued": sent.value - d, "heap_bytes": heap, "index_bytes": index,
                     "live_tuples": live, "dead_tuples": dead, "vacuums": server["vacuums"],
                     "checkpoints": server["checkpoints"], "wal_bytes": server["wal_bytes"],
                     "holding": bool(holding and hold_started is not None and t >= hold_started),
-                    "groups": groups,
+                    "groups": groups, "load1": round(load1, 2),
+                    "cpu_seconds": {k: round(v, 3) for k, v in used.items()},
+                    "cpu_ms_per_1000": None if cpu_per_k is None else round(cpu_per_k, 1),
                 })
                 mark = "  HOLD" if samples[-1]["holding"] else ""
                 log(f"  {t:6.1f} s  {rate:8.0f} msg/s  heap {heap / 2**20:7.1f} MiB  index "
-                    f"{index / 2**20:7.1f} MiB  dead {dead:>9}{mark}")
-                last_t, last_deleted = now, d
+                    f"{index / 2**20:7.1f} MiB  dead {dead:>9}  load {load1:5.2f}  CPU "
+                    f"{cpu_per_k or 0:6.1f} ms/1k msgs{mark}")
+                last_t, last_deleted, last_cpu = now, d, cpu
                 next_at += p.sample
             if now - began >= p.seconds:
                 break
             time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
         stop.set()
         hold_stop.set()
+        meter.stop()
         for proc in [*procs, holder]:
             if proc.pid is not None:
                 proc.join(30)
@@ -287,6 +377,7 @@ def bloat_summary(samples: list[dict[str, Any]], p: Params) -> dict[str, Any]:
     first = [s for s in samples if s["t"] <= samples[0]["t"] + window]
     final = [s for s in samples if s["t"] > last["t"] - window]
     start, end = _mean(first), _mean(final)
+    cpu_start, cpu_end = _cpu_per_k(first), _cpu_per_k(final)
     plateau = all((grow := growth[g]) is not None and grow < 0.05 for g in ("messages", "counters"))
     return {
         "window_seconds": window,
@@ -296,6 +387,11 @@ def bloat_summary(samples: list[dict[str, Any]], p: Params) -> dict[str, Any]:
         "end_msgs_per_s": end,
         "end_vs_start": end / start if start else None,
         "throughput_held": bool(start and end / start >= 0.9),
+        "load_start": _mean(first, "load1"),
+        "load_end": _mean(final, "load1"),
+        "cpu_ms_per_1000_start": cpu_start,
+        "cpu_ms_per_1000_end": cpu_end,
+        "cpu_end_vs_start": cpu_end / cpu_start if cpu_start and cpu_end else None,
         "sizes_end": {g: last["groups"][g]["bytes"] for g in GROUPS},
         "dead_end": {g: last["groups"][g]["dead"] for g in GROUPS},
         "vacuums": {g: last["groups"][g]["vacuums"] - samples[0]["groups"][g]["vacuums"]
@@ -316,7 +412,7 @@ def bloat_chart(samples: list[dict[str, Any]], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     minutes = [s["t"] / 60 for s in samples]
-    fig, (sizes, rate) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (sizes, rate, cost) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     for g in GROUPS:
         sizes.plot(minutes, [s["groups"][g]["bytes"] / 2**20 for s in samples], label=g,
                    marker=".")
@@ -325,9 +421,19 @@ def bloat_chart(samples: list[dict[str, Any]], path: Path) -> Path | None:
     sizes.grid(alpha=0.3)
     rate.plot(minutes, [s["msgs_per_s"] for s in samples], color="black", marker=".")
     rate.set_ylabel("messages deleted / s")
-    rate.set_xlabel("minutes")
     rate.set_ylim(bottom=0)
     rate.grid(alpha=0.3)
+    load = rate.twinx()  # the machine's other work: what the rate moves with on a shared host
+    load.plot(minutes, [s.get("load1") for s in samples], color="tab:red", linestyle="--",
+              label="load average (1 min)")
+    load.set_ylabel("load average", color="tab:red")
+    load.set_ylim(bottom=0)
+    cost.plot(minutes, [s.get("cpu_ms_per_1000") for s in samples], color="tab:purple",
+              marker=".")
+    cost.set_ylabel("CPU ms / 1,000 msgs")
+    cost.set_xlabel("minutes")
+    cost.set_ylim(bottom=0)
+    cost.grid(alpha=0.3)
     fig.suptitle("soak: send + receive + delete, batch 10, autovacuum as shipped")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -336,8 +442,16 @@ def bloat_chart(samples: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def _mean(samples: list[dict[str, Any]]) -> float:
-    return statistics.fmean(s["msgs_per_s"] for s in samples) if samples else float("nan")
+def _mean(samples: list[dict[str, Any]], key: str = "msgs_per_s") -> float:
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def _cpu_per_k(samples: list[dict[str, Any]]) -> float | None:
+    """CPU ms per 1,000 messages over these samples (their CPU over their messages)."""
+    cpu = sum(sum(s.get("cpu_seconds", {}).values()) for s in samples)
+    messages = sum(s.get("messages", 0) for s in samples)
+    return float(cpu * 1000 / (messages / 1000)) if cpu and messages else None
 
 
 def summarize(samples: list[dict[str, Any]], p: Params) -> dict[str, Any]:
@@ -440,6 +554,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cpu_pair(summary: dict[str, Any]) -> str:
+    start, end = summary["cpu_ms_per_1000_start"], summary["cpu_ms_per_1000_end"]
+    if start is None or end is None:
+        return "n/a (no /proc)"
+    return f"{start:,.0f} / {end:,.0f} ms ({end / start:.0%} of the first)"
+
+
 def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
                   samples: list[dict[str, Any]], log: Any) -> int:
     summary = bloat_summary(samples, p)
@@ -451,7 +572,12 @@ def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
          f"{server.get('autovacuum', '?')}, {server.get('autovacuum_naptime', '?')}"),
         (f"throughput, first / last {window} (mean)",
          f"{summary['start_msgs_per_s']:,.0f} / {summary['end_msgs_per_s']:,.0f} msg/s"
-         f" ({summary['end_vs_start']:.0%}; target ≥ 90%)"),
+         + (f" ({summary['end_vs_start']:.0%}; target ≥ 90%)"
+            if summary["end_vs_start"] is not None else " (no messages in the first window)")),
+        (f"load average (1 min), first / last {window} (mean; 2 cores)",
+         f"{summary['load_start']:.1f} / {summary['load_end']:.1f}"),
+        (f"CPU per 1,000 messages (clients + their server processes), first / last {window}",
+         _cpu_pair(summary)),
     ]
     for g in GROUPS:
         grow = summary["growth"][g]
@@ -465,11 +591,14 @@ def _report_bloat(args: argparse.Namespace, p: Params, machine: dict[str, Any],
                  " / ".join(str(n) for n in summary["partitions"])))
     rows.append(("messages processed", f"{summary['messages_processed']:,}"))
     table = markdown_table(
-        ["minute", "msg/s", *[f"{g} MiB" for g in GROUPS], "messages dead"],
+        ["minute", "msg/s", *[f"{g} MiB" for g in GROUPS], "messages dead", "load (1 min)",
+         "CPU ms / 1k msgs"],
         [(f"{s['t'] / 60:.1f}", f"{s['msgs_per_s']:,.0f}",
           *[f"{s['groups'][g]['bytes'] / mib:,.1f}" for g in GROUPS],
-          f"{s['groups']['messages']['dead']:,}") for s in samples],
-        "rrrrrr")
+          f"{s['groups']['messages']['dead']:,}", f"{s.get('load1', float('nan')):.1f}",
+          "-" if s.get("cpu_ms_per_1000") is None else f"{s['cpu_ms_per_1000']:,.0f}")
+         for s in samples],
+        "rrrrrrrr")
     markdown = "\n\n".join([
         "# Soak (bloat)",
         f"Machine: {machine_line(machine)}",

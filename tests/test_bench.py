@@ -146,16 +146,20 @@ def test_tuning_quick_runs_every_message_to_the_end(server_dsn: str, tmp_path: P
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # a JVM and two rounds of five methods; minutes on a busy host
 def test_spark_smoke_enqueues_and_advises(server_dsn: str, tmp_path: Path) -> None:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'queue-pg[spark]'")
     rc = main(["spark", "--dsn", server_dsn, "--rows", "3000", "--history-rows", "3000",
-               "--out", str(tmp_path), "--database", _db_name(), "--quiet"])
+               "--rounds", "2", "--out", str(tmp_path), "--database", _db_name(), "--quiet"])
     assert rc == 0
     data = _load(tmp_path / "spark.json")
-    assert set(data["results"]) == {"enqueue", "jdbc", "jdbc_like", "send_batch", "advisor_spark", "advisor_sql"}
+    assert set(data["results"]) == {"enqueue", "raw_copy", "jdbc", "jdbc_like", "send_batch",
+                                    "advisor_spark", "advisor_sql"}
     assert data["results"]["enqueue"]["rows"] == 3000
+    assert len(data["results"]["raw_copy"]["runs"]) == 2 and len(data["enqueue_vs_raw_copy"]) == 2
     assert data["results"]["advisor_sql"]["same_advice"] is True
-    assert "queue_pg.spark.enqueue" in (tmp_path / "spark.md").read_text()
+    md = (tmp_path / "spark.md").read_text()
+    assert "queue_pg.spark.enqueue" in md and "sink ÷ raw COPY into queue_pg.messages" in md
 
 
 @pytest.mark.parametrize("system", ["pgqueuer", "procrastinate", "celery", "rq"])
@@ -178,3 +182,23 @@ def test_worker_peer_runs_its_own_worker_entry_point(
     assert all(t["jobs"] >= 20 and t["jobs_per_s"] > 0 for t in r["throughput"])
     assert all(("xact_per_job" in t) == cls.postgres for t in r["throughput"])
     assert cls.label in (tmp_path / "worker.md").read_text(encoding="utf-8")
+
+
+def test_bloat_soak_records_sizes_load_and_cpu_per_message(server_dsn: str, tmp_path: Path) -> None:
+    rc = main(["soak", "--dsn", server_dsn, "--minutes", "0.2", "--sample", "3", "--backlog",
+               "200", "--out", str(tmp_path), "--database", _db_name(), "--quiet",
+               "--chart", str(tmp_path / "soak.png")])
+    assert rc == 0
+    data = _load(tmp_path / "soak.json")
+    samples = data["samples"]
+    assert len(samples) >= 3
+    for s in samples:
+        assert s["load1"] >= 0 and set(s["groups"]) == {"messages", "history", "counters"}
+        assert s["groups"]["messages"]["bytes"] > 0
+    done = [s for s in samples if s["messages"] > 0]
+    assert done and all(s["cpu_ms_per_1000"] > 0 for s in done)  # the load's CPU was seen
+    summary = data["summary"]
+    assert summary["messages_processed"] == samples[-1]["deleted"] > 0
+    assert summary["cpu_ms_per_1000_start"] > 0 and summary["load_start"] >= 0
+    assert "| figure | value |" in (tmp_path / "soak.md").read_text(encoding="utf-8")
+    assert (tmp_path / "soak.png").stat().st_size > 0

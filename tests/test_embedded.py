@@ -88,3 +88,61 @@ def test_server_commands_show_start_stop_and_open_it(
     finally:
         stop_server(pgdata)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_server_start_tcp_listens_on_the_loopback_until_it_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from click.testing import CliRunner
+
+    from queue_pg.cli import main
+    from queue_pg.embedded import server_status, stop_server
+
+    folder = Path(tempfile.mkdtemp(prefix="queue_pg_tcp_"))
+    pgdata = folder / "pgdata"
+    monkeypatch.setenv("QUEUE_PG_DATA", str(pgdata))
+
+    def server(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(main, ["server", *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result.output
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    try:
+        server("start")  # socket only first: --tcp restarts it
+        out = server("start", "--tcp", "--port", str(port))
+        assert f"tcp: postgresql://postgres@127.0.0.1:{port}/queue_pg" in out
+        assert f"jdbc: jdbc:postgresql://127.0.0.1:{port}/queue_pg?user=postgres" in out
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/queue_pg") as conn:
+            row = conn.execute("SELECT inet_server_port(), current_database()").fetchone()
+            assert row == (port, "queue_pg")
+        with psycopg.connect(server("url").strip()) as conn:  # the socket follows the port
+            assert conn.execute("SELECT inet_server_port()").fetchone() == (None,)
+        status = server("status")
+        assert f"jdbc url     jdbc:postgresql://127.0.0.1:{port}/" in status
+        pid = server_status(pgdata).pid
+        server("start", "--tcp")  # already listening: no restart
+        assert server_status(pgdata).pid == pid
+        with socket.socket() as taken:  # a port in use: refused, the server left as it was
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            busy = taken.getsockname()[1]
+            out = server("start", "--tcp", "--port", str(busy), code=2)
+            assert f"port = {busy} is in use on 127.0.0.1" in out
+        assert server_status(pgdata).pid == pid and server_status(pgdata).tcp_port == port
+        assert "--tcp" in server("start", "--port", "5999", code=2)
+        assert server("stop").strip() == "stopped"
+        # a later start is socket-only again, on the default port
+        with psycopg.connect(server("url").strip()) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert server_status(pgdata).tcp_port is None and "tcp dsn" not in server("status")
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/queue_pg", connect_timeout=3)
+    finally:
+        stop_server(pgdata)
+        shutil.rmtree(folder, ignore_errors=True)

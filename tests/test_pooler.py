@@ -1,7 +1,8 @@
 """The client, workers and SQS role pool behind PgBouncer: direct, session mode, transaction mode.
 
-Each test starts a PgBouncer 1.18 of its own (/usr/sbin/pgbouncer, a free port, a temporary
-folder, trust authentication) in front of the test server, in transaction mode with a pool of
+Each test starts a PgBouncer of its own (/usr/sbin/pgbouncer, Debian 12's 1.18, or the binary
+``$QUEUE_PG_PGBOUNCER`` names, with ``max_prepared_statements = 100`` from 1.21 on; a free port, a
+temporary folder, trust authentication) in front of the test server, in transaction mode with a pool of
 two server sessions so clients share them, and stops it whatever happens. After each test's operations a probe opens
 fresh clients on the same pool and finds no state left on any server session: no role, no
 setting, no LISTEN, no advisory lock, no prepared statement (docs/operations.md, "Behind a
@@ -35,7 +36,7 @@ from tests.test_access import PRODUCER, MakeRole, make_role  # noqa: F401
 
 pytestmark = pytest.mark.pooler
 
-PGBOUNCER = Path("/usr/sbin/pgbouncer")
+PGBOUNCER = Path(os.environ.get("QUEUE_PG_PGBOUNCER") or "/usr/sbin/pgbouncer")
 ROOT = Path(__file__).resolve().parent.parent
 GRACE = 2.0  # queue_pg._consumer_grace()
 MODES = ["direct", "session", "transaction"]
@@ -65,11 +66,19 @@ class Pooled:
         return psycopg.connect(self.plain, autocommit=True, prepare_threshold=None)
 
 
+def _prepared_statements_line() -> str:
+    """``max_prepared_statements = 100`` for a PgBouncer that has it (1.21 and later)."""
+    out = subprocess.run([str(PGBOUNCER), "--version"], capture_output=True, text=True,
+                         check=True).stdout
+    major, minor = (int(x) for x in out.split()[1].split(".")[:2])
+    return "max_prepared_statements = 100" if (major, minor) >= (1, 21) else ""
+
+
 @contextlib.contextmanager
 def pgbouncer(server_dsn: str, mode: str) -> Iterator[int]:
     """A PgBouncer in ``mode`` in front of the server of ``server_dsn``; its port."""
     if not PGBOUNCER.exists():
-        pytest.skip("no /usr/sbin/pgbouncer")
+        pytest.skip(f"no {PGBOUNCER}")
     params = conninfo.conninfo_to_dict(server_dsn)
     folder = Path(tempfile.mkdtemp(prefix="queue_pg_pgbouncer_"))
     folder.chmod(0o755)
@@ -92,6 +101,7 @@ query_wait_timeout = 30
 ignore_startup_parameters = extra_float_digits
 logfile = {folder}/pgbouncer.log
 pidfile = {folder}/pgbouncer.pid
+{_prepared_statements_line()}
 """)
     as_user = []
     if os.geteuid() == 0:  # it refuses to run as root: as the server's system user

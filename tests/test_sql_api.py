@@ -6,6 +6,8 @@ their notion of now; it moves only this connection's clock.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import psycopg
 import pytest
 
@@ -327,6 +329,33 @@ def test_sweep_makes_history_partitions(sql) -> None:
         "SELECT count(*) FROM pg_inherits WHERE inhparent = 'queue_pg.message_history'::regclass"
     )
     assert parts[0][0] >= 4  # default + today + two days ahead
+
+
+def test_a_day_partition_is_dropped_once_the_longest_retention_has_passed_its_end(sql) -> None:
+    """The owner's sweep drops a day's partition whole once its end is older than the longest
+    history_retention (here an hour), and makes the days ahead of the time it runs at."""
+    sql("SELECT queue_pg.create_queue('jobs', history_retention => 3600)")
+    sql("SELECT queue_pg.sweep()")
+    [(today,)] = sql("SELECT (now() AT TIME ZONE 'UTC')::date")
+
+    def days() -> set[str]:
+        return {r[0] for r in sql(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'queue_pg.message_history'::regclass"
+            " AND c.relname ~ '^message_history_[0-9]{8}$'")}
+
+    def name(offset: int) -> str:
+        return "message_history_" + (today + timedelta(days=offset)).strftime("%Y%m%d")
+
+    def sweep_at(after_today_ends: str) -> None:  # the partition step of a sweep at that time
+        sql("SELECT queue_pg._history_partitions(((%s::date + 1)::timestamp AT TIME ZONE 'UTC')"
+            " + %s::interval, 3600)", today, after_today_ends)
+
+    assert {name(0), name(1), name(2)} <= days()
+    sweep_at("59 minutes")  # today ended 59 minutes ago: within the retention, kept
+    assert name(0) in days()
+    sweep_at("61 minutes")
+    assert name(0) not in days() and {name(1), name(2), name(3)} <= days()
 
 
 def test_time_offset_moves_only_this_session(sql, conn, clean) -> None:

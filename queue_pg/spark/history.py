@@ -99,7 +99,9 @@ def jdbc_options(dsn: str) -> dict[str, str]:
     hosts = str(params.get("host") or "localhost").split(",")
     ports = str(params.get("port") or "5432").split(",")
     if any(h.startswith("/") for h in hosts):
-        raise ValueError(f"host = {params.get('host')!r} is a Unix socket: JDBC needs a TCP host")
+        raise ValueError(f"host = {params.get('host')!r} is a Unix socket: JDBC needs a TCP host"
+                         " (the embedded server listens on one after `queue-pg server start"
+                         " --tcp`, which prints its TCP DSN)")
     ports = ports * len(hosts) if len(ports) == 1 else ports
     netloc = ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=True))
     options = {

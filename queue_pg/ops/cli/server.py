@@ -38,16 +38,40 @@ def status() -> None:
     if s.running:
         console.print(f"state        running (pid {s.pid})")
         console.print(f"dsn          {shown(s.dsn or '')}", soft_wrap=True)
+        if s.tcp_dsn is not None:
+            console.print(f"tcp dsn      {shown(s.tcp_dsn)}", soft_wrap=True)
+            console.print(f"jdbc url     {shown(s.jdbc_url or '')}", soft_wrap=True)
         return
     console.print("state        " + ("stopped" if s.initialized else "not created yet"))
     sys.exit(NOT_RUNNING)
 
 
 @server.command()
-def start() -> None:
-    """Start it (create it on first use) and print its DSN."""
-    dsn = embedded.embedded_dsn()
-    out().print(f"running (pid {embedded.server_status().pid}): {shown(dsn)}", soft_wrap=True)
+@click.option("--tcp", is_flag=True,
+              help="Also listen on a loopback TCP port (127.0.0.1), for clients that cannot use"
+                   " a unix socket, such as Spark's JDBC reads; restarts a running server that"
+                   " does not. Lasts until the server stops.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="The TCP port (with --tcp). Default: 5432 if free, else one the system picks."
+                   " It names the unix socket too: the DSN changes with it.")
+def start(tcp: bool, port: int | None) -> None:
+    """Start it (create it on first use) and print its DSN (with --tcp: its TCP DSN and JDBC URL
+    too)."""
+    if port is not None and not tcp:
+        raise click.UsageError("--port is the TCP port: give --tcp with it")
+    if tcp:
+        try:
+            s = embedded.start_tcp(port)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--port") from exc
+    else:
+        embedded.embedded_dsn()
+        s = embedded.server_status()
+    console = out()
+    console.print(f"running (pid {s.pid}): {shown(s.dsn or '')}", soft_wrap=True)
+    if s.tcp_dsn is not None:
+        console.print(f"tcp: {shown(s.tcp_dsn)}", soft_wrap=True)
+        console.print(f"jdbc: {shown(s.jdbc_url or '')}", soft_wrap=True)
 
 
 @server.command()
