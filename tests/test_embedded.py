@@ -98,8 +98,8 @@ def test_server_start_tcp_listens_on_the_loopback_until_it_stops(
 
     from click.testing import CliRunner
 
-    from queue_pg.cli import main
     from queue_pg.embedded import server_status, stop_server
+    from queue_pg.ops.cli import main
 
     folder = Path(tempfile.mkdtemp(prefix="queue_pg_tcp_"))
     pgdata = folder / "pgdata"
