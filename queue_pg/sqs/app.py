@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -67,16 +68,53 @@ async def _body(request: Request) -> bytes:
 REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
 
 
+class Spent:
+    """One request's clock, kept only when the app records timings (:class:`Timed`):
+    its action and the seconds it spent awaiting PostgreSQL (statements, commits, the loan and
+    check of a connection, the key's look-up, a long poll's wait for NOTIFY)."""
+
+    __slots__ = ("action", "db")
+
+    def __init__(self) -> None:
+        self.action = ""
+        self.db = 0.0
+
+
+#: The clock of the request this task serves; None when timings are not recorded.
+SPENT: ContextVar[Spent | None] = ContextVar("queue_pg_sqs_spent", default=None)
+
+
+async def _awaiting_db(work: Awaitable[Any]) -> Any:
+    """``await work``, its time added to the request's :class:`Spent` (when one is kept)."""
+    spent = SPENT.get()
+    if spent is None:
+        return await work
+    began = time.perf_counter()
+    try:
+        return await work
+    finally:
+        spent.db += time.perf_counter() - began
+
+
 class RoleCursor(psycopg.AsyncCursor[Any]):
     """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
-    first takes the loan's role for that transaction (``SET LOCAL ROLE``)."""
+    first takes the loan's role for that transaction (``SET LOCAL ROLE``). The three (BEGIN,
+    the role, the statement) go in one round trip, a pipeline: the server runs them in order
+    and answers once, and an error in any of them ends the transaction."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         conn = self.connection
         idle = conn.info.transaction_status == TransactionStatus.IDLE
-        if idle and isinstance(conn, RoleConnection):
+        if idle and isinstance(conn, RoleConnection) and conn.role is not None:
+            return await _awaiting_db(self._with_role(conn, query, params, **kwargs))  # type: ignore[no-any-return]
+        return await _awaiting_db(super().execute(query, params, **kwargs))  # type: ignore[no-any-return]
+
+    async def _with_role(self, conn: RoleConnection, query: Any, params: Any,
+                         **kwargs: Any) -> Self:
+        async with conn.pipeline():
             await conn.take_role()
-        return await super().execute(query, params, **kwargs)
+            await super().execute(query, params, **kwargs)
+        return self
 
 
 class RoleConnection(psycopg.AsyncConnection[Any]):
@@ -89,6 +127,19 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
         if self.role is not None:
             await psycopg.AsyncCursor(self).execute(
                 sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self.role)))
+
+    async def notifies(
+        self, *, timeout: float | None = None, stop_after: int | None = None
+    ) -> AsyncGenerator[psycopg.Notify, None]:
+        """A long poll's wait for NOTIFY: counted as awaiting PostgreSQL (:class:`Spent`)."""
+        spent = SPENT.get()
+        began = time.perf_counter()
+        try:
+            async for notify in super().notifies(timeout=timeout, stop_after=stop_after):
+                yield notify
+        finally:
+            if spent is not None:
+                spent.db += time.perf_counter() - began
 
     @asynccontextmanager
     async def transaction(
@@ -118,7 +169,7 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
                          configure=_configure, check=AsyncConnectionPool.check_connection)
 
     async def getconn(self, timeout: float | None = None) -> RoleConnection:
-        conn = await super().getconn(timeout)
+        conn: RoleConnection = await _awaiting_db(super().getconn(timeout))
         conn.role = REQUEST_ROLE.get()
         return conn
 
@@ -127,9 +178,9 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
         status = conn.info.transaction_status
         with contextlib.suppress(psycopg.Error):  # the pool discards what it cannot reset
             if status == TransactionStatus.INTRANS:
-                await conn.commit()
+                await _awaiting_db(conn.commit())
             elif status == TransactionStatus.INERROR:
-                await conn.rollback()
+                await _awaiting_db(conn.rollback())
         await super().putconn(conn)
 
 
@@ -253,9 +304,7 @@ class Endpoint:
         assert self._keys is not None
         async with self._keys.connection() as conn:
             with translate():
-                row = await (await conn.execute(
-                    "SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [cred.access_key]
-                )).fetchone()
+                row = await _awaiting_db(self._key_of(conn, cred.access_key))
         if row is None:
             raise sigv4.SignatureError("InvalidClientTokenId",
                                        "The security token included in the request is invalid.")
@@ -266,6 +315,51 @@ class Endpoint:
         else:
             sigv4.verify(cred, row[0], request.method, raw_path, pairs, headers, body)
         return str(row[1])
+
+
+    @staticmethod
+    async def _key_of(conn: psycopg.AsyncConnection[Any], access_key: str) -> Any:
+        cur = await conn.execute("SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [access_key])
+        return await cur.fetchone()
+
+
+class Timed:
+    """The app with each request's clock (:class:`Spent`): from its arrival to the last byte of
+    its answer handed to the server, the action, and the part spent awaiting PostgreSQL. Kept in
+    memory, written to ``path`` (one JSON array per request: action, seconds in the app, seconds
+    awaiting PostgreSQL) when the app shuts down. For ``python -m bench sqs``."""
+
+    def __init__(self, app: Starlette, path: str) -> None:
+        self.app = app
+        self.state = app.state
+        self.path = path
+        self.samples: list[tuple[str, float, float]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            if scope["type"] == "lifespan":
+                self.write()
+            return
+        spent = Spent()
+        token = SPENT.set(spent)
+        began = time.perf_counter()
+
+        async def answer(msg: Any) -> None:
+            await send(msg)
+            if msg["type"] == "http.response.body" and not msg.get("more_body"):
+                self.samples.append((spent.action, time.perf_counter() - began, spent.db))
+
+        try:
+            await self.app(scope, receive, answer)
+        finally:
+            SPENT.reset(token)
+
+    def write(self) -> None:
+        with open(self.path, "w") as f:
+            for sample in self.samples:
+                f.write(json.dumps(sample) + "\n")
 
 
 def _error(err: Exception, request_id: str, query_protocol: bool = False) -> Response:
@@ -313,7 +407,8 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
     JSON protocol when the request has ``X-Amz-Target``, else the query protocol. ``region``:
-    the one region signatures must be scoped to."""
+    the one region signatures must be scoped to. ``Timed(create_app(...), path)`` records
+    where each request's time goes."""
     endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region)
 
     async def handle(request: Request) -> Response:
@@ -326,6 +421,9 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             name, params = (_query_call(request, body, base) if is_query
                             else _json_call(request, body))
+            spent = SPENT.get()
+            if spent is not None:
+                spent.action = name
             action = actions.ACTIONS.get(name) or moves.ACTIONS.get(name)
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
@@ -361,4 +459,4 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     return app
 
 
-__all__ = ["REQUEST_ROLE", "Endpoint", "RolePool", "create_app"]
+__all__ = ["REQUEST_ROLE", "SPENT", "Endpoint", "RolePool", "Spent", "Timed", "create_app"]
