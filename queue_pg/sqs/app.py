@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -98,9 +99,11 @@ async def _awaiting_db(work: Awaitable[Any]) -> Any:
 
 class RoleCursor(psycopg.AsyncCursor[Any]):
     """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
-    first takes the loan's role for that transaction (``SET LOCAL ROLE``). The three (BEGIN,
-    the role, the statement) go in one round trip, a pipeline: the server runs them in order
-    and answers once, and an error in any of them ends the transaction."""
+    first takes the loan's role for that transaction (``SET LOCAL ROLE``) and is committed at
+    once, as on the autocommit connections the client's own pool lends: BEGIN, the role, the
+    statement and COMMIT go in one round trip (a pipeline), and an error in any of them ends
+    the transaction. Statements inside an explicit transaction block
+    (:meth:`RoleConnection.transaction`) take the role at its start and commit at its end."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         conn = self.connection
@@ -114,13 +117,21 @@ class RoleCursor(psycopg.AsyncCursor[Any]):
         async with conn.pipeline():
             await conn.take_role()
             await super().execute(query, params, **kwargs)
+            await conn.commit()
         return self
+
+
+#: A connection given back to the pool less than this many seconds ago is lent again without a
+#: check (a round trip): a server that went away in between fails that one request (a 500, which
+#: SDKs retry), and the pool drops the connection when it comes back broken.
+CHECK_AFTER_IDLE = 1.0
 
 
 class RoleConnection(psycopg.AsyncConnection[Any]):
     """A pooled connection and the role of the request it is lent to (None: the DSN's user)."""
 
     role: str | None = None
+    returned_at = float("-inf")  #: when it was last given back (time.monotonic())
 
     async def take_role(self) -> None:
         """The loan's role for the current (or, when idle, a new) transaction."""
@@ -154,11 +165,12 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
 class RolePool(AsyncConnectionPool[RoleConnection]):
     """One pool for every key's role. Its connections are not autocommit: each transaction on a
     lent connection starts with ``SET LOCAL ROLE`` of the request in :data:`REQUEST_ROLE`
-    (:class:`RoleCursor`), and a connection given back commits what it did (as autocommit
-    would have) or rolls back a failed transaction. So a role lasts one transaction of one
-    loan, on the server session that ran it, and the next borrower (or, behind a transaction
-    pooler, the next client of that server session) starts as the DSN's user whatever the last
-    one did; nothing is set for the session (no ``SET ROLE``, no ``RESET ROLE``)."""
+    (:class:`RoleCursor`; a lone statement commits with it, as autocommit would), and a
+    connection given back commits what it did or rolls back a failed transaction. So a role
+    lasts one transaction of one loan, on the server session that ran it, and the next
+    borrower (or, behind a transaction pooler, the next client of that server session) starts
+    as the DSN's user whatever the last one did; nothing is set for the session (no
+    ``SET ROLE``, no ``RESET ROLE``)."""
 
     def __init__(self, dsn: str, *, max_size: int, prepare: bool = True) -> None:
         kwargs: dict[str, Any] = {"autocommit": False, "cursor_factory": RoleCursor}
@@ -166,7 +178,13 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
             kwargs["prepare_threshold"] = None
         super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
                          open=False, name="queue_pg_sqs", kwargs=kwargs,
-                         configure=_configure, check=AsyncConnectionPool.check_connection)
+                         configure=_configure, check=self._check)
+
+    @staticmethod
+    async def _check(conn: RoleConnection) -> None:
+        """The pool's check of a connection it lends, skipped when it was in use just now."""
+        if time.monotonic() - conn.returned_at >= CHECK_AFTER_IDLE:
+            await AsyncConnectionPool.check_connection(conn)
 
     async def getconn(self, timeout: float | None = None) -> RoleConnection:
         conn: RoleConnection = await _awaiting_db(super().getconn(timeout))
@@ -181,6 +199,7 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
                 await _awaiting_db(conn.commit())
             elif status == TransactionStatus.INERROR:
                 await _awaiting_db(conn.rollback())
+        conn.returned_at = time.monotonic()
         await super().putconn(conn)
 
 
@@ -327,7 +346,8 @@ class Timed:
     """The app with each request's clock (:class:`Spent`): from its arrival to the last byte of
     its answer handed to the server, the action, and the part spent awaiting PostgreSQL. Kept in
     memory, written to ``path`` (one JSON array per request: action, seconds in the app, seconds
-    awaiting PostgreSQL) when the app shuts down. For ``python -m bench sqs``."""
+    awaiting PostgreSQL) when the app shuts down, then ``["(cpu)", s, 0]``: the CPU seconds
+    (user and system) the process used in all. For ``python -m bench sqs``."""
 
     def __init__(self, app: Starlette, path: str) -> None:
         self.app = app
@@ -360,6 +380,8 @@ class Timed:
         with open(self.path, "w") as f:
             for sample in self.samples:
                 f.write(json.dumps(sample) + "\n")
+            used = os.times()
+            f.write(json.dumps(["(cpu)", used.user + used.system, 0]) + "\n")
 
 
 def _error(err: Exception, request_id: str, query_protocol: bool = False) -> Response:
