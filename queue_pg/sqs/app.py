@@ -74,11 +74,12 @@ class Spent:
     its action and the seconds it spent awaiting PostgreSQL (statements, commits, the loan and
     check of a connection, the key's look-up, a long poll's wait for NOTIFY)."""
 
-    __slots__ = ("action", "db")
+    __slots__ = ("action", "db", "depth")
 
     def __init__(self) -> None:
         self.action = ""
         self.db = 0.0
+        self.depth = 0  # awaits of PostgreSQL under way: a nested one (a check) counts once
 
 
 #: The clock of the request this task serves; None when timings are not recorded.
@@ -88,12 +89,14 @@ SPENT: ContextVar[Spent | None] = ContextVar("queue_pg_sqs_spent", default=None)
 async def _awaiting_db(work: Awaitable[Any]) -> Any:
     """``await work``, its time added to the request's :class:`Spent` (when one is kept)."""
     spent = SPENT.get()
-    if spent is None:
+    if spent is None or spent.depth:
         return await work
+    spent.depth += 1
     began = time.perf_counter()
     try:
         return await work
     finally:
+        spent.depth -= 1
         spent.db += time.perf_counter() - began
 
 
@@ -144,13 +147,18 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
     ) -> AsyncGenerator[psycopg.Notify, None]:
         """A long poll's wait for NOTIFY: counted as awaiting PostgreSQL (:class:`Spent`)."""
         spent = SPENT.get()
+        if spent is None or spent.depth:
+            async for notify in super().notifies(timeout=timeout, stop_after=stop_after):
+                yield notify
+            return
+        spent.depth += 1
         began = time.perf_counter()
         try:
             async for notify in super().notifies(timeout=timeout, stop_after=stop_after):
                 yield notify
         finally:
-            if spent is not None:
-                spent.db += time.perf_counter() - began
+            spent.depth -= 1
+            spent.db += time.perf_counter() - began
 
     @asynccontextmanager
     async def transaction(
