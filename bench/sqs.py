@@ -8,6 +8,20 @@ one DeleteMessageBatch / ``delete_batch``) until the queue is empty. The endpoin
 so its figures include SigV4 on both sides, HTTP and JSON. Beside them, the same boto3 work
 against moto's server (``pip install 'moto[server]'``), a local SQS emulator that keeps its
 queues in memory, also in a process of its own; "n/a (why)" when it is not installed.
+
+Then, in rounds that take turns (endpoint, moto's server, endpoint, ...):
+
+- **boto3 loop**: SendMessageBatch(10) + ReceiveMessage(10) + DeleteMessageBatch, repeated, one
+  client thread: messages a second;
+- **Celery**: the same Celery app on its ``sqs://`` transport (``bench/worker_apps/celery_sqs.py``,
+  same transport options, ``--pool solo``, prefetch 10) against each server: a warmed-up worker,
+  then ``--tasks`` no-op tasks published from here; tasks a second from the first publish to the
+  last task run.
+
+The endpoint runs with :class:`queue_pg.sqs.app.Timed`, which clocks each request from its
+arrival in the ASGI app to its answer, and the part spent awaiting PostgreSQL (statements,
+commits, the loan of a connection, the key's look-up): the endpoint's own time per request is
+the difference, reported as p50 / p99 per action.
 """
 
 from __future__ import annotations
@@ -16,9 +30,12 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import signal
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +61,10 @@ BODY = '{"n": 0, "payload": "' + "x" * 64 + '"}'
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=2000,
                         help="messages per phase at scale 1 (default 2000)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the boto3 loop and of Celery per server (default 3)")
+    parser.add_argument("--tasks", type=int, default=500,
+                        help="Celery no-op tasks a round at scale 1 (default 500)")
 
 
 def _free_port() -> int:
@@ -62,28 +83,42 @@ def _rate(n: int, work: Callable[[], int]) -> float:
 
 @contextlib.contextmanager
 def _serve(argv: list[str]) -> Iterator[str]:
-    """Run ``python <argv> <free port>`` as a server process; its URL once it listens."""
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, *argv, str(port)], env=os.environ.copy(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    """Run ``python <argv> <free port>`` as a server process; its URL once it listens. A server
+    that exits meanwhile (its port taken by another process in between) starts again on
+    another port: a port that answers must be this server's."""
+    for _ in range(5):
+        port = _free_port()
+        server = subprocess.Popen([sys.executable, *argv, str(port)], env=os.environ.copy(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while server.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                time.sleep(0.5)  # a server that lost its port exits soon after
                 break
-            except OSError:
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(30)
+            if server.poll() is None:
+                yield f"http://127.0.0.1:{port}"
+                return
+        finally:
+            if server.poll() is None:
+                server.terminate()
+                server.wait(30)
+    raise RuntimeError(f"server {argv[:2]} did not start")
+
+
+def _sqs(url: str, key: tuple[str, str]) -> Any:
+    import boto3
+
+    return boto3.client("sqs", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id=key[0], aws_secret_access_key=key[1])
 
 
 def _boto3(url: str, key: tuple[str, str], n: int) -> dict[str, float]:
-    import boto3
-
-    sqs = boto3.client("sqs", endpoint_url=url, region_name="us-east-1",
-                       aws_access_key_id=key[0], aws_secret_access_key=key[1])
+    sqs = _sqs(url, key)
     q = sqs.create_queue(QueueName="bench")["QueueUrl"]
 
     def send() -> int:
@@ -110,6 +145,130 @@ def _boto3(url: str, key: tuple[str, str], n: int) -> dict[str, float]:
 
     return {"send": _rate(n, send), "drain_1": _rate(n, drain),
             "send_batch": _rate(n, send_batch), "drain_2": _rate(n, drain)}
+
+
+def _loop(url: str, key: tuple[str, str], n: int) -> float:
+    """Messages a second of SendMessageBatch(10) + ReceiveMessage(10) + DeleteMessageBatch,
+    repeated until ``n`` were sent, then the rest drained (timed too)."""
+    sqs = _sqs(url, key)
+    q = sqs.create_queue(QueueName="bench-loop")["QueueUrl"]
+    entries = [{"Id": str(j), "MessageBody": BODY} for j in range(10)]
+
+    def take() -> int:
+        ms = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=10,
+                                 WaitTimeSeconds=0).get("Messages", [])
+        if ms:
+            sqs.delete_message_batch(QueueUrl=q, Entries=[
+                {"Id": str(j), "ReceiptHandle": m["ReceiptHandle"]} for j, m in enumerate(ms)])
+        return len(ms)
+
+    def work() -> int:
+        done = 0
+        for _ in range(n // 10):
+            sqs.send_message_batch(QueueUrl=q, Entries=entries)
+            done += take()
+        while got := take():
+            done += got
+        return done
+
+    return _rate(n // 10 * 10, work)
+
+
+def _stamps(folder: str) -> int:
+    total = 0
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            total += f.read().count(b"\n")
+    return total
+
+
+def _celery(url: str, key: tuple[str, str], n: int) -> float:
+    """Tasks a second of the Celery app on sqs:// at ``url``: a worker (``--pool solo``) warmed
+    up by one task, then ``n`` no-op tasks published from here, timed to the last one run."""
+    from urllib.parse import quote
+
+    from bench.worker_apps import STAMPS_ENV
+    from bench.worker_apps.celery_sqs import BROKER_ENV, QUEUE, app, noop
+
+    broker = (f"sqs://{quote(key[0], safe='')}:{quote(key[1], safe='')}@"
+              f"{url.removeprefix('http://')}")
+    with tempfile.TemporaryDirectory(prefix="bench-sqs-celery-") as stamps:
+        env = {**os.environ, BROKER_ENV: broker, STAMPS_ENV: stamps,
+               "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(),
+                                                           os.environ.get("PYTHONPATH")]))}
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "bench.worker_apps.celery_sqs", "worker",
+             "--pool", "solo", "-Q", QUEUE, "--loglevel", "WARNING", "--without-heartbeat",
+             "--without-gossip", "--without-mingle"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            with app.connection_for_write(broker) as conn:
+
+                def wait_for(count: int) -> None:
+                    deadline = time.monotonic() + 600
+                    while _stamps(stamps) < count:
+                        if worker.poll() is not None or time.monotonic() > deadline:
+                            raise RuntimeError(f"the Celery worker ran {_stamps(stamps)} of"
+                                               f" {count} tasks (exit {worker.poll()})")
+                        time.sleep(0.01)
+
+                noop.apply_async(kwargs={"n": -1}, connection=conn)
+                wait_for(1)
+                began = time.perf_counter()
+                for i in range(n):
+                    noop.apply_async(kwargs={"n": i}, connection=conn)
+                wait_for(n + 1)
+                return n / (time.perf_counter() - began)
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(30)
+
+
+#: Runs the endpoint as ``queue-pg sqs`` does (uvicorn.run, one worker), clocked by Timed.
+_ENDPOINT = ("import sys, uvicorn\n"
+             "from queue_pg.sqs.app import Timed, create_app\n"
+             "uvicorn.run(Timed(create_app(sys.argv[1]), sys.argv[2]), host='127.0.0.1',"
+             " port=int(sys.argv[3]), log_level='warning')")
+
+
+def _own_time(path: str) -> tuple[list[list[Any]], dict[str, Any]]:
+    """Rows (action, requests, p50 / p99 of the endpoint's own time, of the time awaiting
+    PostgreSQL, of the whole) from a Timed file, and the same as data."""
+    import json
+
+    by: dict[str, list[tuple[float, float]]] = {}
+    cpu = 0.0
+    with open(path) as f:
+        for line in f:
+            action, total, db_s = json.loads(line)
+            if action == "(cpu)":  # the endpoint process's CPU seconds in all
+                cpu = total
+                continue
+            by.setdefault(action or "(none)", []).append((total - db_s, db_s))
+            by.setdefault("all", []).append((total - db_s, db_s))
+
+    def q(xs: list[float], p: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000
+
+    rows: list[list[Any]] = []
+    data: dict[str, Any] = {"cpu_ms_per_request": cpu * 1000 / max(1, len(by.get("all", [])))}
+    for action, xs in sorted(by.items(), key=lambda kv: (kv[0] == "all", -len(kv[1]))):
+        own = [x[0] for x in xs]
+        dbs = [x[1] for x in xs]
+        whole = [x[0] + x[1] for x in xs]
+        figures = {"requests": len(xs), "own_p50_ms": q(own, .5), "own_p99_ms": q(own, .99),
+                   "db_p50_ms": q(dbs, .5), "whole_p50_ms": q(whole, .5)}
+        data[action] = figures
+        rows.append([action, f"{len(xs):,}", f"{figures['own_p50_ms']:.2f}",
+                     f"{figures['own_p99_ms']:.2f}", f"{figures['db_p50_ms']:.2f}",
+                     f"{figures['whole_p50_ms']:.2f}"])
+    return rows, data
 
 
 def _client(dsn: str, n: int) -> dict[str, float]:
@@ -143,9 +302,17 @@ def _client(dsn: str, n: int) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     n = max(10, int(args.messages * args.scale))
+    tasks = max(10, int(args.tasks * args.scale))
     out = Path(args.out) if args.out else DEFAULT_OUT
     log: Callable[[str], None] = (lambda _: None) if args.quiet else print
-    with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn:
+    moto = importlib.util.find_spec("moto.server") is not None and \
+        importlib.util.find_spec("flask") is not None
+    celery = importlib.util.find_spec("celery") is not None and \
+        importlib.util.find_spec("pycurl") is not None
+    loops: dict[str, list[float]] = {"endpoint": [], "moto": []}
+    celery_rates: dict[str, list[float]] = {"endpoint": [], "moto": []}
+    with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn, \
+            tempfile.TemporaryDirectory(prefix="bench-sqs-") as tmp:
         db.install(dsn)
         with db.connect(dsn) as conn:
             machine = machine_info(conn)
@@ -154,19 +321,34 @@ def run(args: argparse.Namespace) -> int:
             me = conn.execute("SELECT current_user").fetchone()
             assert me is not None
             row = sealing.create_sqs_key(conn, str(me[0]))
-        with _serve(["-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn, "sqs",
-                     "--port"]) as url:
+        key = (str(row[0]), str(row[1]))
+        timings = os.path.join(tmp, "timings.jsonl")
+        with contextlib.ExitStack() as servers:
+            url = servers.enter_context(_serve(["-c", _ENDPOINT, dsn, timings]))
+            moto_url = servers.enter_context(
+                _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"])) if moto else None
             log(f"boto3 through the endpoint, {n} messages a phase...")
-            through = _boto3(url, (row[0], row[1]), n)
+            through = _boto3(url, key, n)
+            for r in range(args.rounds):
+                for name, where, creds in (("endpoint", url, key),
+                                           ("moto", moto_url, ("testing", "testing"))):
+                    if where is None:
+                        continue
+                    loops[name].append(_loop(where, creds, n))
+                    log(f"round {r + 1}: boto3 loop on {name}: {loops[name][-1]:,.0f} msg/s")
+                    if celery:
+                        celery_rates[name].append(_celery(where, creds, tasks))
+                        log(f"round {r + 1}: Celery on {name}: {celery_rates[name][-1]:,.1f}"
+                            " tasks/s")
+            emulator: dict[str, float] | str = "n/a (moto[server] not installed)"
+            if moto_url is not None:
+                log(f"boto3 against moto's server, {n} messages a phase...")
+                emulator = _boto3(moto_url, ("testing", "testing"), n)
+        # the endpoint has shut down: its clock is written
+        own_rows, own = _own_time(timings)
         log(f"queue_pg.Client, {n} messages a phase...")
         direct = _client(dsn, n)
-    emulator: dict[str, float] | str
-    if importlib.util.find_spec("moto.server") is None or importlib.util.find_spec("flask") is None:
-        emulator = "n/a (moto[server] not installed)"
-    else:
-        with _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"]) as url:
-            log(f"boto3 against moto's server, {n} messages a phase...")
-            emulator = _boto3(url, ("testing", "testing"), n)
+    load_after = [round(x, 2) for x in os.getloadavg()]
     phases = [("send, 1 a call", "send"), ("send, 10 a call", "send_batch"),
               ("receive 10 + delete batch (after single sends)", "drain_1"),
               ("receive 10 + delete batch (after batch sends)", "drain_2")]
@@ -175,15 +357,44 @@ def run(args: argparse.Namespace) -> int:
          emulator if isinstance(emulator, str) else f"{emulator[k]:,.0f}"]
         for label, k in phases
     ]
+
+    def cell(xs: list[float], fmt: str) -> str:
+        if not xs:
+            return "n/a"
+        return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
+
+    def ratio(a: list[float], b: list[float]) -> str:
+        return f"{statistics.median(a) / statistics.median(b):.1f}x" if a and b else "n/a"
+
+    peers = [
+        ["boto3 loop: send batch 10 + receive 10 + delete batch (msg/s)",
+         cell(loops["endpoint"], ",.0f"), cell(loops["moto"], ",.0f"),
+         ratio(loops["endpoint"], loops["moto"])],
+        [f"Celery sqs://, {tasks} no-op tasks, --pool solo (tasks/s)",
+         cell(celery_rates["endpoint"], ",.1f"), cell(celery_rates["moto"], ",.1f"),
+         ratio(celery_rates["endpoint"], celery_rates["moto"])],
+    ]
     markdown = "\n\n".join([
-        "# SQS endpoint: messages per second, boto3 through the endpoint vs queue_pg.Client",
-        f"`{args.command_line}` — {n} messages a phase, one client thread; {machine_line(machine)}",
+        "# SQS endpoint: boto3 and Celery beside moto's server, and where a request's time goes",
+        f"`{args.command_line}` — {args.rounds} rounds taking turns, median (min-max);"
+        f" {machine_line(machine)}; load average after: {load_after}",
+        markdown_table(["", "queue-pg sqs", "moto server", "endpoint / moto"], peers, "lrrr"),
+        "The endpoint's own time per request (arrival in the ASGI app to its answer, minus the"
+        " time awaiting PostgreSQL), in ms, over every request of the rounds above:",
+        markdown_table(["action", "requests", "own p50", "own p99", "PostgreSQL p50",
+                        "whole p50"], own_rows, "lrrrrr"),
+        f"The endpoint process's CPU time (user + system, everything it ran: HTTP, SigV4, JSON,"
+        f" psycopg, the pools; from start to shutdown) per request:"
+        f" {own['cpu_ms_per_request']:.2f} ms. On a loaded machine the wall-clock figures above"
+        " include waiting for a CPU; this one does not.",
+        f"One client thread, {n} messages a phase:",
         markdown_table(["phase", "boto3 → endpoint", "queue_pg.Client", "direct / endpoint",
                         "boto3 → moto server"], rows, "lrrrr"),
     ])
     data = {"scenario": "sqs", "command": args.command_line, "dsn": redact_dsn(args.dsn),
-            "machine": machine, "messages": n, "boto3_endpoint": through, "client": direct,
-            "boto3_moto_server": emulator}
+            "machine": machine, "load_after": load_after, "messages": n, "tasks": tasks,
+            "rounds": args.rounds, "loop": loops, "celery": celery_rates, "own_time": own,
+            "boto3_endpoint": through, "client": direct, "boto3_moto_server": emulator}
     for path in write_results(out, RESULT_NAME, data, markdown):
         log(f"wrote {path}")
     log(markdown)
@@ -192,7 +403,8 @@ def run(args: argparse.Namespace) -> int:
 
 SCENARIO = Scenario(
     name="sqs",
-    help="the SQS endpoint's cost: boto3 through it vs queue_pg.Client, send and receive+delete",
+    help="the SQS endpoint beside moto's server (boto3 loop, Celery sqs://) and its own time"
+         " per request",
     add_arguments=add_arguments,
     run=run,
 )

@@ -59,9 +59,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_sqs::test_batch_change_message_visibility_on_old_message": _FENCE,
     "test_sqs::test_change_message_visibility_on_old_message": _FENCE,
     "test_sqs::test_delete_message_using_old_receipt_handle": _FENCE,
-    "test_sqs::test_receive_messages_with_message_group_id":
-        "one message per FIFO group per receive: SQS may return several messages of one group"
-        " in one receive, queue_pg returns a group's head only (docs/fifo.md)",
 }
 
 Scope = MutableMapping[str, Any]

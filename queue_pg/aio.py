@@ -135,7 +135,7 @@ class AsyncClient(AsyncClientBase):
         """Enqueue one message; returns its id. delay / ttl None = the queue's settings.
 
         ``group``: the message group (1 to 128 characters), required on a FIFO queue, whose
-        groups are each delivered in send order, one message at a time; on a fair queue the
+        groups are each delivered in send order, to one consumer at a time; on a fair queue the
         tenant the message belongs to. See docs/fifo.md.
         ``dedup_id`` (1 - 128 characters; on a ``content_dedup`` queue the body's SHA-256 when
         None): a second send of the same id within the queue's ``dedup_window`` sends nothing

@@ -345,8 +345,8 @@ def test_fifo_groups_and_dedup(sqs: Sqs, endpoint: str) -> None:
     with pytest.raises(ClientError) as err:
         sqs.send_message(QueueUrl=url, MessageBody="no group", MessageDeduplicationId="d3")
     assert code(err) == "MissingParameter"
-    # one message of a group at a time, in send order
-    (m,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+    # a group in send order (several in one receive: test_a_fifo_receive_takes_a_group_together)
+    (m,) = _receive(sqs, url, MaxNumberOfMessages=1, WaitTimeSeconds=0)
     assert m["Body"] == "1"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     (m2,) = _receive(sqs, url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
@@ -1634,3 +1634,33 @@ def test_permissions_and_kept_attributes_in_sql_are_bounded(
     counts = conn.execute("SELECT (SELECT count(*) FROM queue_pg.sqs_permissions),"
                           " (SELECT count(*) FROM queue_pg.sqs_queue_attributes)").fetchone()
     assert counts == (100, 0)
+
+
+def test_a_fifo_receive_takes_a_group_together(sqs: Sqs) -> None:
+    """SQS returns several messages of one group in one receive, oldest first, and may fill from
+    several groups; while any of a group's messages is out, no other receive gets that group."""
+    url = sqs.create_queue(QueueName="together.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    order = ["a0", "b0", "a1", "a2", "b1", "a3"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": body, "MessageBody": body, "MessageGroupId": body[0]} for body in order])
+
+    def receive(n: int) -> list[dict[str, Any]]:
+        return _receive(sqs, url, MaxNumberOfMessages=n, WaitTimeSeconds=0,
+                        MessageSystemAttributeNames=["MessageGroupId"])
+
+    first = receive(3)
+    assert [m["Body"] for m in first] == ["a0", "a1", "a2"]
+    assert {m["Attributes"]["MessageGroupId"] for m in first} == {"a"}
+    assert [m["Body"] for m in receive(10)] == ["b0", "b1"]  # not a3: group a is out
+    assert receive(10) == []
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[1]["ReceiptHandle"])
+    assert receive(10) == []  # a0 and a2 still hold group a
+    sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(first)])
+    assert [m["Body"] for m in receive(10)] == ["a3"]
+    # one receive filling from two groups, each in order
+    sqs.purge_queue(QueueUrl=url)
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": body, "MessageBody": body + "x", "MessageGroupId": body[0]} for body in order])
+    assert [m["Body"] for m in receive(10)] == ["a0x", "a1x", "a2x", "a3x", "b0x", "b1x"]

@@ -884,3 +884,37 @@ def test_a_running_worker_follows_the_queues_visibility_timeout(
     worker.stop()
     t.join(5)
     assert leases == [30, 7]
+
+
+def test_a_fifo_queue_runs_each_group_in_send_order(client: queue_pg.Client) -> None:
+    """A FIFO receive may hand several messages of one group; the worker, which runs a batch at
+    once, takes one message a receive there, so a group's jobs run one after another, in order,
+    while groups run side by side."""
+    client.create_queue("wf", fifo=True)
+    groups = ["a", "b", "c"]
+    client.send_batch("wf", [{"g": g, "i": i} for i in range(8) for g in groups],
+                      group=[g for _ in range(8) for g in groups])
+    ran: list[tuple[str, int]] = []
+    running: dict[str, int] = {}
+    overlap: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        g = job.body["g"]
+        with lock:
+            running[g] = running.get(g, 0) + 1
+            if running[g] > 1:
+                overlap.append(g)
+        time.sleep(0.02 * (1 + job.body["i"] % 3))  # later jobs sometimes quicker
+        with lock:
+            running[g] -= 1
+            ran.append((g, job.body["i"]))
+
+    worker = Worker(client, "wf", handler, concurrency=4, batch_size=4, wait=0.2)
+    t = _run_in_thread(worker)
+    wait_until("every job", lambda: len(ran) == 24)
+    worker.stop()
+    t.join(10)
+    assert overlap == []
+    for g in groups:
+        assert [i for h, i in ran if h == g] == list(range(8))

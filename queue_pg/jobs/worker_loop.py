@@ -109,6 +109,8 @@ class WorkerOptions:
     wait: float
     backoff: Mapping[str, Backoff] | Backoff
     leases: dict[str, float] = field(default_factory=dict)
+    #: The FIFO queues among ``queues`` (read with the leases): see :meth:`Rounds.round`.
+    fifo: set[str] = field(default_factory=set)
 
     @classmethod
     def check(
@@ -196,14 +198,39 @@ class Rounds:
         self.outage = outage.Outage(logger, what, base=IDLE_SLEEP, cap=30.0)
 
     def leases(self) -> Plan[None]:
-        """Each queue's lease: the worker's, else the queue's visibility_timeout (read now)."""
+        """Each queue's lease: the worker's, else the queue's visibility_timeout (read now); and
+        which queues are FIFO."""
         o = self.options
         for q in o.queues:
             if o.visibility_timeout is not None:
                 o.set_lease(q, o.visibility_timeout)
+                try:
+                    config = yield ClientCall("get_queue", (q,))
+                except QueueNotFound:  # not there yet: its receives will say so
+                    continue
             else:
-                o.set_lease(q, (yield ClientCall("get_queue", (q,))).visibility_timeout)
+                config = yield ClientCall("get_queue", (q,))
+                o.set_lease(q, config.visibility_timeout)
+            if config.fifo:
+                o.fifo.add(q)
+            else:
+                o.fifo.discard(q)
         self.refresh_at = monotonic() + LEASE_REFRESH
+
+    def _take(self, queue: str, n: int, wait: float) -> Plan[list[Message]]:
+        """Up to ``n`` messages of ``queue``. A FIFO queue's receive may hand several messages of
+        one group, which the worker would run at once, out of order: there, one message a
+        receive (the head of the group ready longest; its group is then held), until ``n`` or
+        none is left."""
+        if queue not in self.options.fifo:
+            return (yield from self._receive(queue, n, wait))
+        messages: list[Message] = []
+        while len(messages) < n:
+            got = yield from self._receive(queue, 1, wait if not messages else 0.0)
+            if not got:
+                break
+            messages += got
+        return messages
 
     def _receive(self, queue: str, n: int, wait: float) -> Plan[list[Message]]:
         """One receive. It carries no deletes: finished jobs are deleted beside the receives
@@ -237,7 +264,7 @@ class Rounds:
                 if stopped() or free == 0:
                     break
                 wait = min(o.wait, POLL_SLICE) if i == n - 1 else 0.0
-                messages = yield from self._receive(queue, min(free, o.batch_size), wait)
+                messages = yield from self._take(queue, min(free, o.batch_size), wait)
                 self.stats.add("received", len(messages))
                 if stopped():  # received after the stop: never started
                     self.stats.add("released", (yield from release(messages)))

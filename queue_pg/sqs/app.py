@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -68,28 +70,96 @@ async def _body(request: Request) -> bytes:
 REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
 
 
+class Spent:
+    """One request's clock, kept only when the app records timings (:class:`Timed`):
+    its action and the seconds it spent awaiting PostgreSQL (statements, commits, the loan and
+    check of a connection, the key's look-up, a long poll's wait for NOTIFY)."""
+
+    __slots__ = ("action", "db", "depth")
+
+    def __init__(self) -> None:
+        self.action = ""
+        self.db = 0.0
+        self.depth = 0  # awaits of PostgreSQL under way: a nested one (a check) counts once
+
+
+#: The clock of the request this task serves; None when timings are not recorded.
+SPENT: ContextVar[Spent | None] = ContextVar("queue_pg_sqs_spent", default=None)
+
+
+async def _awaiting_db(work: Awaitable[Any]) -> Any:
+    """``await work``, its time added to the request's :class:`Spent` (when one is kept)."""
+    spent = SPENT.get()
+    if spent is None or spent.depth:
+        return await work
+    spent.depth += 1
+    began = time.perf_counter()
+    try:
+        return await work
+    finally:
+        spent.depth -= 1
+        spent.db += time.perf_counter() - began
+
+
 class RoleCursor(psycopg.AsyncCursor[Any]):
     """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
-    first takes the loan's role for that transaction (``SET LOCAL ROLE``)."""
+    first takes the loan's role for that transaction (``SET LOCAL ROLE``) and is committed at
+    once, as on the autocommit connections the client's own pool lends: BEGIN, the role, the
+    statement and COMMIT go in one round trip (a pipeline), and an error in any of them ends
+    the transaction. Statements inside an explicit transaction block
+    (:meth:`RoleConnection.transaction`) take the role at its start and commit at its end."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         conn = self.connection
         idle = conn.info.transaction_status == TransactionStatus.IDLE
-        if idle and isinstance(conn, RoleConnection):
+        if idle and isinstance(conn, RoleConnection) and conn.role is not None:
+            return await _awaiting_db(self._with_role(conn, query, params, **kwargs))  # type: ignore[no-any-return]
+        return await _awaiting_db(super().execute(query, params, **kwargs))  # type: ignore[no-any-return]
+
+    async def _with_role(self, conn: RoleConnection, query: Any, params: Any,
+                         **kwargs: Any) -> Self:
+        async with conn.pipeline():
             await conn.take_role()
-        return await super().execute(query, params, **kwargs)
+            await super().execute(query, params, **kwargs)
+            await conn.commit()
+        return self
+
+
+#: A connection given back to the pool less than this many seconds ago is lent again without a
+#: check (a round trip): a server that went away in between fails that one request (a 500, which
+#: SDKs retry), and the pool drops the connection when it comes back broken.
+CHECK_AFTER_IDLE = 1.0
 
 
 class RoleConnection(psycopg.AsyncConnection[Any]):
     """A pooled connection and the role of the request it is lent to (None: the DSN's user)."""
 
     role: str | None = None
+    returned_at = float("-inf")  #: when it was last given back (time.monotonic())
 
     async def take_role(self) -> None:
         """The loan's role for the current (or, when idle, a new) transaction."""
         if self.role is not None:
             await psycopg.AsyncCursor(self).execute(
                 sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self.role)))
+
+    async def notifies(
+        self, *, timeout: float | None = None, stop_after: int | None = None
+    ) -> AsyncGenerator[psycopg.Notify, None]:
+        """A long poll's wait for NOTIFY: counted as awaiting PostgreSQL (:class:`Spent`)."""
+        spent = SPENT.get()
+        if spent is None or spent.depth:
+            async for notify in super().notifies(timeout=timeout, stop_after=stop_after):
+                yield notify
+            return
+        spent.depth += 1
+        began = time.perf_counter()
+        try:
+            async for notify in super().notifies(timeout=timeout, stop_after=stop_after):
+                yield notify
+        finally:
+            spent.depth -= 1
+            spent.db += time.perf_counter() - began
 
     @asynccontextmanager
     async def transaction(
@@ -104,11 +174,12 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
 class RolePool(AsyncConnectionPool[RoleConnection]):
     """One pool for every key's role. Its connections are not autocommit: each transaction on a
     lent connection starts with ``SET LOCAL ROLE`` of the request in :data:`REQUEST_ROLE`
-    (:class:`RoleCursor`), and a connection given back commits what it did (as autocommit
-    would have) or rolls back a failed transaction. So a role lasts one transaction of one
-    loan, on the server session that ran it, and the next borrower (or, behind a transaction
-    pooler, the next client of that server session) starts as the DSN's user whatever the last
-    one did; nothing is set for the session (no ``SET ROLE``, no ``RESET ROLE``)."""
+    (:class:`RoleCursor`; a lone statement commits with it, as autocommit would), and a
+    connection given back commits what it did or rolls back a failed transaction. So a role
+    lasts one transaction of one loan, on the server session that ran it, and the next
+    borrower (or, behind a transaction pooler, the next client of that server session) starts
+    as the DSN's user whatever the last one did; nothing is set for the session (no
+    ``SET ROLE``, no ``RESET ROLE``)."""
 
     def __init__(self, dsn: str, *, max_size: int, prepare: bool = True) -> None:
         kwargs: dict[str, Any] = {"autocommit": False, "cursor_factory": RoleCursor}
@@ -116,10 +187,16 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
             kwargs["prepare_threshold"] = None
         super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
                          open=False, name="queue_pg_sqs", kwargs=kwargs,
-                         configure=_configure, check=AsyncConnectionPool.check_connection)
+                         configure=_configure, check=self._check)
+
+    @staticmethod
+    async def _check(conn: RoleConnection) -> None:
+        """The pool's check of a connection it lends, skipped when it was in use just now."""
+        if time.monotonic() - conn.returned_at >= CHECK_AFTER_IDLE:
+            await AsyncConnectionPool.check_connection(conn)
 
     async def getconn(self, timeout: float | None = None) -> RoleConnection:
-        conn = await super().getconn(timeout)
+        conn: RoleConnection = await _awaiting_db(super().getconn(timeout))
         conn.role = REQUEST_ROLE.get()
         return conn
 
@@ -128,9 +205,10 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
         status = conn.info.transaction_status
         with contextlib.suppress(psycopg.Error):  # the pool discards what it cannot reset
             if status == TransactionStatus.INTRANS:
-                await conn.commit()
+                await _awaiting_db(conn.commit())
             elif status == TransactionStatus.INERROR:
-                await conn.rollback()
+                await _awaiting_db(conn.rollback())
+        conn.returned_at = time.monotonic()
         await super().putconn(conn)
 
 
@@ -274,9 +352,7 @@ class Endpoint:
         assert self._keys is not None
         async with self._keys.connection() as conn:
             with translate():
-                row = await (await conn.execute(
-                    "SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [cred.access_key]
-                )).fetchone()
+                row = await _awaiting_db(self._key_of(conn, cred.access_key))
         secret = None if row is None else self.secret_of(row[0], "sqs", str(row[1]),
                                                           cred.access_key)
         if row is None or secret is None:
@@ -289,6 +365,54 @@ class Endpoint:
         else:
             sigv4.verify(cred, secret, request.method, raw_path, pairs, headers, body)
         return str(row[1])
+
+
+    @staticmethod
+    async def _key_of(conn: psycopg.AsyncConnection[Any], access_key: str) -> Any:
+        cur = await conn.execute("SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [access_key])
+        return await cur.fetchone()
+
+
+class Timed:
+    """The app with each request's clock (:class:`Spent`): from its arrival to the last byte of
+    its answer handed to the server, the action, and the part spent awaiting PostgreSQL. Kept in
+    memory, written to ``path`` (one JSON array per request: action, seconds in the app, seconds
+    awaiting PostgreSQL) when the app shuts down, then ``["(cpu)", s, 0]``: the CPU seconds
+    (user and system) the process used in all. For ``python -m bench sqs``."""
+
+    def __init__(self, app: Starlette, path: str) -> None:
+        self.app = app
+        self.state = app.state
+        self.path = path
+        self.samples: list[tuple[str, float, float]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            if scope["type"] == "lifespan":
+                self.write()
+            return
+        spent = Spent()
+        token = SPENT.set(spent)
+        began = time.perf_counter()
+
+        async def answer(msg: Any) -> None:
+            await send(msg)
+            if msg["type"] == "http.response.body" and not msg.get("more_body"):
+                self.samples.append((spent.action, time.perf_counter() - began, spent.db))
+
+        try:
+            await self.app(scope, receive, answer)
+        finally:
+            SPENT.reset(token)
+
+    def write(self) -> None:
+        with open(self.path, "w") as f:
+            for sample in self.samples:
+                f.write(json.dumps(sample) + "\n")
+            used = os.times()
+            f.write(json.dumps(["(cpu)", used.user + used.system, 0]) + "\n")
 
 
 def _error(err: Exception, request_id: str, query_protocol: bool = False) -> Response:
@@ -338,7 +462,8 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     ``keyring`` opens the stored secrets (default: ``QUEUE_PG_SECRET_KEY``); with ``auth``,
     :class:`~queue_pg.sealing.SecretKeyMissing` when there is none.
     JSON protocol when the request has ``X-Amz-Target``, else the query protocol. ``region``:
-    the one region signatures must be scoped to."""
+    the one region signatures must be scoped to. ``Timed(create_app(...), path)`` records
+    where each request's time goes."""
     endpoint = Endpoint(dsn, auth=auth, pool_size=pool_size, region=region, keyring=keyring)
 
     async def handle(request: Request) -> Response:
@@ -351,6 +476,9 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             name, params = (_query_call(request, body, base) if is_query
                             else _json_call(request, body))
+            spent = SPENT.get()
+            if spent is not None:
+                spent.action = name
             action = actions.ACTIONS.get(name) or moves.ACTIONS.get(name)
             if action is None:
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
@@ -386,4 +514,4 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     return app
 
 
-__all__ = ["REQUEST_ROLE", "Endpoint", "RolePool", "create_app"]
+__all__ = ["REQUEST_ROLE", "SPENT", "Endpoint", "RolePool", "Spent", "Timed", "create_app"]

@@ -164,6 +164,17 @@ BEGIN
                 FROM queue_pg._fair_claim(q, want, n) c;
                 EXIT;
             END IF;
+            IF q.fifo THEN  -- heads, each with its group's next messages (sql/api/32_fifo.sql)
+                SELECT array_agg(c.id),
+                       array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
+                       count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released),
+                       max(c.visible_at), count(*)
+                INTO ids, dead, lapsed, top, found_n
+                FROM queue_pg._fifo_claim(q, want, n, floor_at) c;
+                EXIT WHEN found_n = want OR floor_at IS NULL;
+                floor_at := NULL;
+                CONTINUE;
+            END IF;
             SELECT array_agg(c.id),
                    array_agg(c.id) FILTER (WHERE c.receive_count >= q.max_receive_count),
                    count(*) FILTER (WHERE c.receive_count > 0 AND NOT c.released),

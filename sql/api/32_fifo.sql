@@ -1,13 +1,16 @@
--- FIFO queues (groups delivered one message at a time, in send order) and fair queues (tenants
--- with few messages in flight served first). Tables: sql/schema/0008_fifo.sql; docs/fifo.md.
+-- FIFO queues (groups delivered in send order, never to two consumers at once) and fair queues
+-- (tenants with few messages in flight first). Tables: sql/schema/0008_fifo.sql; docs/fifo.md.
 --
--- A FIFO group's messages: the head (ordinary visible_at: deliverable, leased, released like any
--- message) and the rest waiting behind it with visible_at = 'infinity', which no claim reaches.
--- The claim itself is unchanged: a walk of the claim index from its floor that meets heads only,
--- so a receive costs O(batch) whatever the number of groups. Only the head's removal moves the
--- group on (_fifo_advance): a delete or an expiry or a purge (the trigger below, one rule for every
--- path that deletes), a dead letter (_dead_letter calls it). A lapsed lease needs nothing: the
--- head's visible_at passes, and the next receive takes it again.
+-- A FIFO group's messages, in id (send) order: the head (fifo_groups.head, the lowest id), then
+-- the messages out with it (`visible_at` finite: delivered in the same receive as the head), then
+-- the rest waiting with visible_at = 'infinity', which no claim walk reaches. A receive walks the
+-- claim index from its floor as on a standard queue and takes a group only at its head, and only
+-- while no message of the group is in flight (_fifo_claim); with the head it takes the group's
+-- next messages in order, up to the batch (SQS: several messages of a group in one receive). So
+-- a receive costs O(batch) whatever the number of groups. Only the head's removal moves the
+-- group on (_fifo_advance): a delete or an expiry or a purge (the trigger below, one rule for
+-- every path that deletes), a dead letter (_dead_letter calls it). A lapsed lease needs nothing:
+-- the head's visible_at passes, and the next receive takes it (and those after it) again.
 
 -- The groups of a send: on a FIFO queue every message needs one (QP030), and only the queue's
 -- delay applies (SQS: no per-message delay on FIFO queues); anywhere, 1 to 128 characters.
@@ -90,8 +93,10 @@ BEGIN
     SELECT ins.id FROM ins ORDER BY ins.id;
 END $$;
 
--- Message `gone` of a FIFO group left the queue: if it was the group's head, the next waiting
--- message (lowest id, not expired) becomes visible at `n` (a claim's own now, so a claim that
+-- Message `gone` of a FIFO group left the queue: if it was the group's head, the group's next
+-- message (lowest id, not expired) becomes the head. One delivered with it and still out keeps
+-- its lease (its consumer holds the group on); one whose lease lapsed is visible from `n`, above
+-- the claim floor; a waiting one becomes visible at `n` (a claim's own now, so a claim that
 -- dead-letters a head may take the next; default now), or after the queue's delay from its send.
 -- Waits for the group's row lock, i.e. for a send into the group still in its transaction.
 CREATE OR REPLACE FUNCTION queue_pg._fifo_advance(queue_id integer, group_id text, gone bigint,
@@ -100,6 +105,7 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     nxt bigint;
+    out_id bigint;
 BEGIN
     PERFORM 1 FROM queue_pg.fifo_groups f
     WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id AND f.head = gone
@@ -108,11 +114,24 @@ BEGIN
         RETURN;
     END IF;
     n := coalesce(n, queue_pg._now());
+    -- the lowest of those out (a few: what the last receive took): their ids as an array, so no
+    -- plan walks the primary key in id order for it
+    SELECT min(x) INTO out_id FROM unnest(ARRAY(
+        SELECT m.id FROM queue_pg.messages m
+        WHERE m.queue_id = _fifo_advance.queue_id AND m.group_id = _fifo_advance.group_id
+          AND m.visible_at < 'infinity' AND (m.expires_at IS NULL OR m.expires_at > n))) x;
     LOOP  -- again when the chosen one went meanwhile (a purge or sweep committing)
         SELECT m.id INTO nxt FROM queue_pg.messages m
         WHERE m.queue_id = _fifo_advance.queue_id AND m.group_id = _fifo_advance.group_id
           AND m.visible_at = 'infinity' AND (m.expires_at IS NULL OR m.expires_at > n)
+          AND (out_id IS NULL OR m.id < out_id)
         ORDER BY m.id LIMIT 1;
+        IF nxt IS NULL AND out_id IS NOT NULL THEN  -- out with the head: it heads the group now
+            nxt := out_id;
+            UPDATE queue_pg.messages m SET visible_at = n
+            WHERE m.id = nxt AND m.visible_at < n;
+            EXIT;
+        END IF;
         IF nxt IS NULL THEN
             DELETE FROM queue_pg.fifo_groups f
             WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id;
@@ -125,6 +144,90 @@ BEGIN
     END LOOP;
     UPDATE queue_pg.fifo_groups f SET head = nxt
     WHERE f.queue_id = _fifo_advance.queue_id AND f.group_id = _fifo_advance.group_id;
+END $$;
+
+-- FIFO queues: the claim of up to `want` messages, locked, for _claim, in the order to deliver
+-- them. The walk of the claim index (from `floor_at`, as _claim's) meets a group's messages that
+-- are visible, and takes a group only at its head and only while none of its messages is out (in
+-- flight, or released with a delay): so no two consumers ever hold one group. Behind each head
+-- taken come the group's next messages in id order (those that were out with it and lapsed,
+-- then the waiting ones whose queue delay is over), up to the batch, stopping at the first one
+-- locked by someone else. The walk is a cursor read one row at a time: only the heads used are
+-- locked. Followers come back with visible_at NULL (_claim's floor counts only what it walked).
+CREATE OR REPLACE FUNCTION queue_pg._fifo_claim(q queue_pg.queues, want integer, n timestamptz,
+                                                floor_at timestamptz)
+RETURNS TABLE (id bigint, receive_count integer, released boolean, visible_at timestamptz)
+-- The sort of a head's few followers has no alternative; its penalty cost must not make the
+-- planner JIT-compile (see _fair_claim). The walk keeps _claim's index order.
+LANGUAGE plpgsql SET enable_bitmapscan = off SET enable_sort = off SET jit = off AS $$
+DECLARE
+    walk CURSOR FOR
+        SELECT m.id, m.group_id, m.receive_count, m.released, m.visible_at
+        FROM queue_pg.messages m
+        WHERE m.queue_id = q.id AND m.visible_at <= n
+          AND m.visible_at >= coalesce(floor_at, '-infinity')
+          AND (m.expires_at IS NULL OR m.expires_at > n)
+          AND (m.group_id IS NULL OR (
+                   EXISTS (SELECT 1 FROM queue_pg.fifo_groups f
+                           WHERE f.queue_id = q.id AND f.group_id = m.group_id AND f.head = m.id)
+                   AND NOT EXISTS (SELECT 1 FROM queue_pg.messages o
+                                   WHERE o.queue_id = q.id AND o.group_id = m.group_id
+                                     AND o.visible_at > n AND o.visible_at < 'infinity')))
+        ORDER BY m.visible_at
+        FOR UPDATE SKIP LOCKED;
+    h record;
+    got integer := 0;
+    lapsed bigint[];
+    waiting bigint[];
+    w record;
+    cand bigint[];
+    lk_id bigint[];
+    lk_count integer[];
+    lk_released boolean[];
+    c bigint;
+    i integer;
+BEGIN
+    OPEN walk;
+    WHILE got < want LOOP
+        FETCH walk INTO h;
+        EXIT WHEN NOT FOUND;
+        id := h.id; receive_count := h.receive_count; released := h.released;
+        visible_at := h.visible_at;
+        RETURN NEXT;
+        got := got + 1;
+        CONTINUE WHEN h.group_id IS NULL OR got >= want;
+        -- out with the head before, lapsed now (the walk's NOT EXISTS: none is still out)
+        lapsed := ARRAY(SELECT m.id FROM queue_pg.messages m
+                        WHERE m.queue_id = q.id AND m.group_id = h.group_id AND m.visible_at <= n
+                          AND m.id <> h.id AND (m.expires_at IS NULL OR m.expires_at > n));
+        waiting := '{}';
+        FOR w IN
+            SELECT m.id, m.enqueued_at + queue_pg._seconds(q.delay) <= n AS due
+            FROM queue_pg.messages m
+            WHERE m.queue_id = q.id AND m.group_id = h.group_id AND m.visible_at = 'infinity'
+              AND m.id <> h.id AND (m.expires_at IS NULL OR m.expires_at > n)
+            ORDER BY m.id LIMIT want - got
+        LOOP
+            EXIT WHEN NOT w.due;  -- the group's order: nothing after one still in its delay
+            waiting := waiting || w.id;
+        END LOOP;
+        cand := ARRAY(SELECT x FROM unnest(lapsed || waiting) x ORDER BY x LIMIT want - got);
+        CONTINUE WHEN cardinality(cand) = 0;
+        SELECT array_agg(m.id), array_agg(m.receive_count), array_agg(m.released)
+        INTO lk_id, lk_count, lk_released
+        FROM (SELECT t.id, t.receive_count, t.released FROM queue_pg.messages t
+              WHERE t.id = ANY (cand) AND t.queue_id = q.id AND t.group_id = h.group_id
+                AND (t.visible_at <= n OR t.visible_at = 'infinity')
+              FOR UPDATE SKIP LOCKED) m;
+        FOREACH c IN ARRAY cand LOOP  -- in order, up to the first one another call holds
+            i := array_position(lk_id, c);
+            EXIT WHEN i IS NULL;
+            id := c; receive_count := lk_count[i]; released := lk_released[i]; visible_at := NULL;
+            RETURN NEXT;
+            got := got + 1;
+        END LOOP;
+    END LOOP;
+    CLOSE walk;
 END $$;
 
 -- Every delete of a message that may be a head (grouped, not waiting): delete_message,
