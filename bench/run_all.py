@@ -129,7 +129,7 @@ def _with_ratio(value: float | None, ratio: float | None, unit: str = "") -> str
 
 
 def summary_markdown(out: Path, command: str, elapsed: float) -> str:
-    peer_names = [s for s in peers.SYSTEMS if s != "queue_pg"]
+    peer_names = [s for s in peers.DEFAULT_SYSTEMS if s != "queue_pg"]
     headers = ["scenario", "cell", "queue_pg", "pgbench ceiling (queue_pg ÷)"]
     headers += [f"{peers.get(p).label} (queue_pg better by)" for p in peer_names]
     rows: list[list[object]] = []

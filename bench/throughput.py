@@ -59,9 +59,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, seconds: float) -> Non
     )
     parser.add_argument(
         "--systems",
-        default=",".join(peers.SYSTEMS),
+        default=",".join(peers.DEFAULT_SYSTEMS),
         help="comma-separated systems to run (default: all installed of "
-        + ", ".join(peers.SYSTEMS)
+        + ", ".join(peers.DEFAULT_SYSTEMS)
+        + "; also " + ", ".join(s for s in peers.SYSTEMS if s not in peers.DEFAULT_SYSTEMS)
         + ")",
     )
     parser.add_argument(

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 import psycopg
 
 __all__ = [
+    "DEFAULT_SYSTEMS",
     "PAYLOAD_BYTES",
     "QUEUE",
     "SYSTEMS",
@@ -155,8 +156,16 @@ _MODULES = {
     "pgmq": ("bench.peers.pgmq_driver", "Pgmq"),
     "pgqueuer": ("bench.peers.pgqueuer_driver", "PgQueuer"),
     "procrastinate": ("bench.peers.procrastinate_driver", "Procrastinate"),
+    # variants, run only when named (--systems): the plain idiom, and the relaxed-durability
+    # pair (queue_pg's relaxed leases beside PGMQ at synchronous_commit = off)
+    "queue_pg_plain": ("bench.peers.queue_pg_driver", "QueuePgPlain"),
+    "queue_pg_relaxed": ("bench.peers.queue_pg_driver", "QueuePgRelaxed"),
+    "pgmq_nosync": ("bench.peers.pgmq_driver", "PgmqNoSync"),
 }
+#: every system a scenario can name, in the order the tables list them
 SYSTEMS: tuple[str, ...] = tuple(_MODULES)
+#: the systems run when none are named
+DEFAULT_SYSTEMS: tuple[str, ...] = ("queue_pg", "pgmq", "pgqueuer", "procrastinate")
 
 
 def get(name: str) -> type[Driver]:

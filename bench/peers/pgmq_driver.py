@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import psycopg
+from psycopg import sql
 
 from bench import db
 from bench.peers import PAYLOAD_BYTES, QUEUE, Driver
@@ -102,6 +103,25 @@ class Pgmq(Driver):
 
     def close(self) -> None:
         self.q.close()
+
+
+class PgmqNoSync(Pgmq):
+    """PGMQ with ``synchronous_commit = off`` for its scratch database (``ALTER DATABASE``, set
+    before any client connects; the server's setting is not touched): no commit waits for the
+    WAL flush. The peer to set beside queue_pg's ``lease_durability => 'relaxed'``."""
+
+    name: ClassVar[str] = "pgmq_nosync"
+    label: ClassVar[str] = "PGMQ sync off"
+
+    @classmethod
+    def install(cls, dsn: str) -> dict[str, Any]:
+        info = super().install(dsn)
+        with db.connect(dsn) as conn:
+            name = conn.execute("SELECT current_database()").fetchone()
+            assert name is not None
+            conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = off")
+                         .format(sql.Identifier(name[0])))
+        return {**info, "synchronous_commit": "off (ALTER DATABASE)"}
 
 
 def leased_head(

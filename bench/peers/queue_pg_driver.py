@@ -97,3 +97,32 @@ class QueuePg(Driver):
 
     def close(self) -> None:
         self.client.close()
+
+
+class QueuePgPlain(QueuePg):
+    """queue_pg as most users write the loop: ``delete_batch`` of the finished batch, then
+    ``receive`` (two round trips and two transactions a batch)."""
+
+    name: ClassVar[str] = "queue_pg_plain"
+    label: ClassVar[str] = "queue_pg receive + delete_batch"
+
+    def cycle(self, handles: Sequence[Any], n: int) -> list[Any]:
+        if handles:
+            self.delete(handles)
+        return self.receive(n)
+
+
+class QueuePgRelaxed(QueuePg):
+    """queue_pg on a queue with ``lease_durability => 'relaxed'``: a receive that owns its
+    transaction commits without waiting for the WAL flush. Compare it with the peers run at
+    ``synchronous_commit = off`` (``pgmq_nosync``), not with their durable runs."""
+
+    name: ClassVar[str] = "queue_pg_relaxed"
+    label: ClassVar[str] = "queue_pg relaxed"
+
+    @classmethod
+    def install(cls, dsn: str) -> dict[str, Any]:
+        how = db.install(dsn)
+        with db.connect(dsn) as conn:
+            conn.execute("SELECT queue_pg.create_queue(%s, lease_durability => 'relaxed')", [QUEUE])
+        return {"install": how, "lease_durability": "relaxed"}
