@@ -176,8 +176,11 @@ def test_groups_on_a_fifo_queue(client: Client, connect: Callable[[], Any]) -> N
     client.send_batch("fifo", [10, 20], group=["b", "b"])
     with connect() as tx:
         client.send("fifo", 3, group="a", conn=tx)
-    got = client.receive("fifo", 10)
-    assert sorted(m.body for m in got) == [1, 10]
-    for m in got:
+    got = client.receive("fifo", 10, visibility_timeout=30)  # each group in its order (as SQS)
+    bodies = [m.body for m in got]
+    assert sorted(bodies) == [1, 2, 3, 10, 20]
+    assert [b for b in bodies if b < 10] == [1, 2, 3] and [b for b in bodies if b >= 10] == [10, 20]
+    assert client.receive("fifo", 10) == []  # both groups are held while their messages are out
+    for m in got[:1] + got[-1:]:
         client.delete("fifo", m.receipt)
-    assert sorted(m.body for m in client.receive("fifo", 10)) == [2, 20]
+    assert client.receive("fifo", 10) == []  # still held: the rest of each group is leased
