@@ -23,13 +23,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
 from bench import Scenario, db
-from bench.report import DEFAULT_OUT, write_results
+from bench.report import DEFAULT_OUT, SuiteResult, write_results
 
 __all__ = ["ACCOUNT", "EXPECTED_FAILURES", "MIN_PASSED", "PORT", "SCENARIO", "SUITE",
            "SuiteMissing", "SuiteResult", "missing", "run_suite", "serve_endpoint"]
@@ -65,31 +64,6 @@ def missing() -> str | None:
         return f"{SUITE / 'node_modules'} is missing: run `npm ci --prefix {SUITE}` (.ci/run does)"
     return None
 
-
-@dataclass
-class SuiteResult:
-    """The outcome of every test of the suite, by full title."""
-
-    outcomes: dict[str, str] = field(default_factory=dict)
-    messages: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> int:
-        return sum(1 for o in self.outcomes.values() if o == "passed")
-
-    @property
-    def failed(self) -> list[str]:
-        return sorted(k for k, o in self.outcomes.items() if o == "failed")
-
-    @property
-    def unexpected(self) -> list[str]:
-        """Failures not in EXPECTED_FAILURES."""
-        return [k for k in self.failed if k not in EXPECTED_FAILURES]
-
-    @property
-    def fixed(self) -> list[str]:
-        """Tests in EXPECTED_FAILURES that did not fail."""
-        return sorted(k for k in EXPECTED_FAILURES if self.outcomes.get(k) != "failed")
 
 
 def _port_taken(port: int) -> bool:
@@ -158,7 +132,7 @@ def run_suite(*, grep: str | None = None, timeout: float = 1200) -> SuiteResult:
         raise RuntimeError(f"mocha gave no report (exit {done.returncode}):"
                            f" {done.stderr[-2000:]}")
     report = json.loads(done.stdout[start:])
-    result = SuiteResult()
+    result = SuiteResult(EXPECTED_FAILURES)
     pending = {str(t.get("fullTitle", "")) for t in _titles(report, "pending")}
     for test in _titles(report, "tests"):  # in order; a title Azurite uses twice gets " [2]"
         title = str(test.get("fullTitle", ""))

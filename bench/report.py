@@ -14,7 +14,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 __all__ = [
     "DEFAULT_OUT",
     "LatencySummary",
+    "SuiteResult",
     "command_line",
     "machine_info",
     "machine_line",
@@ -236,3 +237,46 @@ def write_results(out: Path, name: str, data: dict[str, Any], markdown: str) -> 
     )
     md_path.write_text(markdown.rstrip() + "\n", encoding="utf-8")
     return [json_path, md_path]
+
+
+@dataclasses.dataclass
+class SuiteResult:
+    """The outcome of every test of a third-party suite (moto's, Azurite's), by its id, beside
+    the failures ``expected`` there (each with its reason, listed in the docs)."""
+
+    expected: Mapping[str, str]
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+    messages: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for o in self.outcomes.values() if o == "passed")
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(k for k, o in self.outcomes.items() if o == "failed")
+
+    @property
+    def unexpected(self) -> list[str]:
+        """Failures not among the expected ones."""
+        return [k for k in self.failed if k not in self.expected]
+
+    @property
+    def fixed(self) -> list[str]:
+        """Expected failures that did not fail."""
+        return sorted(k for k in self.expected if self.outcomes.get(k) != "failed")
+
+    def problems(self, min_passed: int) -> list[str]:
+        """What makes the run a failure ([] when the suite ran, at least ``min_passed`` passed,
+        and exactly the expected tests failed)."""
+        out = []
+        if len(self.outcomes) < min_passed:
+            out.append(f"the suite did not run ({len(self.outcomes)} outcomes)")
+        if self.unexpected:
+            details = {k: self.messages.get(k, "") for k in self.unexpected}
+            out.append(f"failures not in the expected list: {details}")
+        if self.fixed:
+            out.append(f"listed as failing but passed (take them off the list): {self.fixed}")
+        if self.passed < min_passed:
+            out.append(f"{self.passed} passed, fewer than {min_passed}")
+        return out

@@ -23,12 +23,11 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import Scenario, db
-from bench.report import DEFAULT_OUT, write_results
+from bench.report import DEFAULT_OUT, SuiteResult, write_results
 
 __all__ = ["EXPECTED_FAILURES", "MIN_PASSED", "SCENARIO", "SuiteResult", "free_port",
            "harness_app", "run_suite", "serve", "serve_harness"]
@@ -157,31 +156,6 @@ def serve_harness(dsn: str) -> contextlib.AbstractContextManager[str]:
     return serve(harness_app(dsn))
 
 
-@dataclass
-class SuiteResult:
-    """The outcome of every test of the suite, by node id."""
-
-    outcomes: dict[str, str] = field(default_factory=dict)
-    messages: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> int:
-        return sum(1 for o in self.outcomes.values() if o == "passed")
-
-    @property
-    def failed(self) -> list[str]:
-        return sorted(k for k, o in self.outcomes.items() if o == "failed")
-
-    @property
-    def unexpected(self) -> list[str]:
-        """Failures not in EXPECTED_FAILURES."""
-        return [k for k in self.failed if k not in EXPECTED_FAILURES]
-
-    @property
-    def fixed(self) -> list[str]:
-        """Tests in EXPECTED_FAILURES that did not fail."""
-        return sorted(k for k in EXPECTED_FAILURES if self.outcomes.get(k) != "failed")
-
 
 def run_suite(url: str, *, select: str | None = None, timeout: float = 1800) -> SuiteResult:
     """Run the vendored suite against ``url`` in a pytest of its own (a subprocess: moto's test
@@ -202,7 +176,7 @@ def run_suite(url: str, *, select: str | None = None, timeout: float = 1800) -> 
         subprocess.run(argv, cwd=SUITE, env=env, timeout=timeout, check=False,
                        stdout=subprocess.DEVNULL if not os.environ.get("SQS_SUITE_VERBOSE")
                        else None)
-        result = SuiteResult()
+        result = SuiteResult(EXPECTED_FAILURES)
         for case in ET.parse(junit).getroot().iter("testcase"):
             module = case.get("classname", "").rsplit(".", 1)[-1]
             name = f"{module}::{case.get('name')}"

@@ -9,42 +9,22 @@ import signal
 import time
 from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
 from queue_pg import task
 from queue_pg.jobs.backoff import Backoff
 from queue_pg.jobs.job import BaseJob, TaskTimeout
 from queue_pg.jobs.tasks import registry
+from tests import run_log
 
 QUEUE = "pool"
 #: The default registry: ``queue-pg worker tests.pool_app`` finds them there.
 REG = registry
 FAST = Backoff(base=0.05, cap=0.05)
 
-RUNS_DDL = """
-CREATE TABLE IF NOT EXISTS pool_runs (
-    n bigserial PRIMARY KEY,
-    task text NOT NULL,
-    key text,
-    msg_id bigint,
-    attempt int,
-    pid int NOT NULL,
-    event text NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    data jsonb
-)
-"""
+RUNS_DDL = run_log.ddl("pool_runs")
 
 
 def record(job: BaseJob, event: str, key: str, **data: Any) -> None:
-    with psycopg.connect(os.environ["POOL_APP_DSN"], autocommit=True) as c:
-        c.execute(
-            "INSERT INTO pool_runs (task, key, msg_id, attempt, pid, event, data)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [job.task.name if job.task else "-", key, job.id, job.receive_count, os.getpid(),
-             event, Jsonb(data)],
-        )
+    run_log.record(os.environ["POOL_APP_DSN"], "pool_runs", job, event, key, **data)
 
 
 @task(queue=QUEUE, name="pool.double", bind=True, registry=REG, store_result=True)

@@ -10,37 +10,17 @@ import os
 import time
 from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
 from queue_pg import task
 from queue_pg.jobs.worker import Backoff, Job
+from tests import run_log
 
 QUEUE = "wq"
 
-RUNS_DDL = """
-CREATE TABLE IF NOT EXISTS worker_runs (
-    n bigserial PRIMARY KEY,
-    task text NOT NULL,
-    key text,
-    msg_id bigint,
-    attempt int,
-    pid int NOT NULL,
-    event text NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    data jsonb
-)
-"""
+RUNS_DDL = run_log.ddl("worker_runs")
 
 
 def record(job: Job, event: str, key: str, **data: Any) -> None:
-    with psycopg.connect(os.environ["QUEUE_PG_DSN"], autocommit=True) as c:
-        c.execute(
-            "INSERT INTO worker_runs (task, key, msg_id, attempt, pid, event, data)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [job.task.name if job.task else None, key, job.id, job.receive_count, os.getpid(),
-             event, Jsonb(data)],
-        )
+    run_log.record(os.environ["QUEUE_PG_DSN"], "worker_runs", job, event, key, **data)
 
 
 @task(queue=QUEUE, name="noop", bind=True)

@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import click
 
-from queue_pg.ops.cli.endpoints import keyring, serve, with_owner
-from queue_pg.ops.cli.state import State, fail, pass_state
+from queue_pg.ops.cli.endpoints import (
+    app_maker,
+    endpoint_options,
+    keyring,
+    revoke,
+    serve,
+    with_owner,
+)
+from queue_pg.ops.cli.state import State, pass_state
 from queue_pg.ops.display import out, shown
 
 __all__ = ["azure"]
 
 
 @click.group(invoke_without_command=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=10001, show_default=True, type=int, help="Port to listen on.")
+@endpoint_options(10001)
 @click.option("--account", default=None,
               help="Serve this account name only (default: every account with a live key).")
-@click.option("--no-auth", is_flag=True,
-              help="Accept unsigned requests and run them all as the DSN's user (development"
-                   " only).")
-@click.option("--pool-size", default=10, show_default=True, type=int,
-              help="Connections shared by the requests of every key (each loan runs as the"
-                   " key's role).")
 @click.pass_context
 def azure(ctx: click.Context, host: str, port: int, account: str | None, no_auth: bool,
           pool_size: int) -> None:
@@ -34,10 +34,7 @@ def azure(ctx: click.Context, host: str, port: int, account: str | None, no_auth
     """
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        from queue_pg.azure import create_app
-    except ImportError as exc:
-        fail(f"{exc}: pip install 'queue-pg[azure]'")
+    create_app = app_maker("azure")
     serve(ctx, "azure", lambda dsn, ring: create_app(dsn, auth=not no_auth, pool_size=pool_size,
                                                      account=account, keyring=ring),
           f"Azure Queue endpoint (account {shown(account or 'ACCOUNT')})", host, port, no_auth)
@@ -68,8 +65,5 @@ def create_key(state: State, role: str, account: str | None) -> None:
 @pass_state
 def revoke_key(state: State, account: str) -> None:
     """Revoke an account's key: its next request is refused."""
-    row = with_owner(state, lambda conn: conn.execute(
-        "SELECT queue_pg.azure_revoke_key(%s)", [account]).fetchone())
-    if not (row and row[0]):
-        fail(f"no live key for account {account}")
-    out().print(f"revoked {shown(account)}")
+    revoke(state, "SELECT queue_pg.azure_revoke_key(%s)", account,
+           f"no live key for account {account}")

@@ -4,6 +4,7 @@ which makes sealing keys and seals the stored secrets."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,8 @@ from queue_pg.errors import translate
 from queue_pg.ops.cli.state import State, fail, pass_state
 from queue_pg.ops.display import err, out, shown
 
-__all__ = ["keyring", "secret_key", "serve", "with_owner"]
+__all__ = ["app_maker", "endpoint_options", "keyring", "revoke", "secret_key", "serve",
+           "with_owner"]
 
 
 def keyring(extra: str) -> Any:
@@ -30,6 +32,47 @@ def keyring(extra: str) -> Any:
     except SecretKeyMissing as exc:
         fail(str(exc))
 
+
+
+def endpoint_options(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options every endpoint command takes: --host, --port (default ``port``), --no-auth
+    and --pool-size."""
+    options = [
+        click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to listen on."),
+        click.option("--port", default=port, show_default=True, type=int,
+                     help="Port to listen on."),
+        click.option("--no-auth", is_flag=True,
+                     help="Accept unsigned requests and run them all as the DSN's user"
+                          " (development only)."),
+        click.option("--pool-size", default=10, show_default=True, type=int,
+                     help="Connections shared by the requests of every key (each loan runs as"
+                          " the key's role)."),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def app_maker(extra: str) -> Callable[..., Any]:
+    """``queue_pg.<extra>.create_app``, or one red line naming the extra to install."""
+    try:
+        return importlib.import_module(f"queue_pg.{extra}").create_app  # type: ignore[no-any-return]
+    except ImportError as exc:
+        fail(f"{exc}: pip install 'queue-pg[{extra}]'")
+
+
+def revoke(state: State, statement: str, value: str, missing: str) -> None:
+    """Run a revoke function (``statement`` takes ``value``) as the owner; ``missing`` when it
+    revoked nothing."""
+    row = with_owner(state, lambda conn: conn.execute(statement, [value]).fetchone())
+    if not (row and row[0]):
+        fail(missing)
+    out().print(f"revoked {shown(value)}")
 
 def serve(ctx: click.Context, extra: str, make_app: Callable[[str, Any], Any], banner: str,
           host: str, port: int, no_auth: bool) -> None:

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import click
 
-from queue_pg.ops.cli.endpoints import keyring, serve, with_owner
-from queue_pg.ops.cli.state import State, fail, pass_state
-from queue_pg.ops.display import out, shown
+from queue_pg.ops.cli.endpoints import (
+    app_maker,
+    endpoint_options,
+    keyring,
+    revoke,
+    serve,
+    with_owner,
+)
+from queue_pg.ops.cli.state import State, pass_state
+from queue_pg.ops.display import out
 
 __all__ = ["sqs"]
 
 
 @click.group(invoke_without_command=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=9324, show_default=True, type=int, help="Port to listen on.")
-@click.option("--no-auth", is_flag=True,
-              help="Accept unsigned requests and run them all as the DSN's user (development"
-                   " only).")
-@click.option("--pool-size", default=10, show_default=True, type=int,
-              help="Connections shared by the requests of every key (each loan runs as the"
-                   " key's role).")
+@endpoint_options(9324)
 @click.option("--region", default="us-east-1", show_default=True,
               help="The region requests must be signed for (their credential scope).")
 @click.pass_context
@@ -32,10 +32,7 @@ def sqs(ctx: click.Context, host: str, port: int, no_auth: bool, pool_size: int,
     """
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        from queue_pg.sqs import create_app
-    except ImportError as exc:
-        fail(f"{exc}: pip install 'queue-pg[sqs]'")
+    create_app = app_maker("sqs")
     serve(ctx, "sqs", lambda dsn, ring: create_app(dsn, auth=not no_auth, pool_size=pool_size,
                                                    region=region, keyring=ring),
           "SQS endpoint", host, port, no_auth)
@@ -64,8 +61,4 @@ def create_key(state: State, role: str) -> None:
 @pass_state
 def revoke_key(state: State, access_key: str) -> None:
     """Revoke a key: its next request is refused."""
-    row = with_owner(state, lambda conn: conn.execute(
-        "SELECT queue_pg.sqs_revoke_key(%s)", [access_key]).fetchone())
-    if not (row and row[0]):
-        fail(f"no live key {access_key}")
-    out().print(f"revoked {shown(access_key)}")
+    revoke(state, "SELECT queue_pg.sqs_revoke_key(%s)", access_key, f"no live key {access_key}")
