@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from bench import Scenario, db
-from bench.report import DEFAULT_OUT, SuiteResult, write_results
+from bench.report import SuiteResult, report_suite
 
 __all__ = ["ACCOUNT", "EXPECTED_FAILURES", "MIN_PASSED", "PORT", "SCENARIO", "SUITE",
            "SuiteMissing", "SuiteResult", "missing", "run_suite", "serve_endpoint"]
@@ -163,27 +163,10 @@ def run(args: argparse.Namespace) -> int:
         with serve_endpoint(dsn) as url:
             log(f"Azurite's queue tests against queue-pg azure at {url}...")
             result = run_suite(grep=args.grep)
-    ran = sum(1 for o in result.outcomes.values() if o != "skipped")
-    lines = [f"# Azurite's queue tests against queue-pg azure: {result.passed} of {ran} pass", "",
-             f"`{args.command_line}` — {ran - result.passed} fail, "
-             f"{len(result.outcomes) - ran} skipped", "",
-             "| failing test | why |", "|---|---|"]
-    lines += [f"| `{k}` | {EXPECTED_FAILURES.get(k) or 'UNEXPECTED: ' + result.messages.get(k, '')}"
-              " |" for k in result.failed]
-    lines += [f"| `{k}` | listed as failing, but passed |" for k in result.fixed]
-    markdown = "\n".join(lines)
-    data = {"scenario": "azure-suite", "command": args.command_line, "passed": result.passed,
-            "ran": ran, "skipped": len(result.outcomes) - ran,
-            "failed": result.failed, "unexpected": result.unexpected, "fixed": result.fixed}
-    for path in write_results(Path(args.out or DEFAULT_OUT), "azure_suite", data, markdown):
-        log(f"wrote {path}")
-    log(markdown)
-    if args.grep:
-        return 0
-    ok = result.passed >= MIN_PASSED and not result.unexpected and not result.fixed
-    log(f"unexpected failures: {result.unexpected or 'none'}; expected failures that passed:"
-        f" {result.fixed or 'none'}")
-    return 0 if ok else 1
+    return report_suite(result, scenario="azure-suite",
+                        heading="Azurite's queue tests against queue-pg azure", skipped="skipped",
+                        command=args.command_line, out=args.out, log=log,
+                        min_passed=MIN_PASSED, partial=bool(args.grep))
 
 
 SCENARIO = Scenario(

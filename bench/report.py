@@ -32,6 +32,7 @@ __all__ = [
     "markdown_table",
     "percentile",
     "redact_dsn",
+    "report_suite",
     "write_results",
 ]
 
@@ -280,3 +281,30 @@ class SuiteResult:
         if self.passed < min_passed:
             out.append(f"{self.passed} passed, fewer than {min_passed}")
         return out
+
+
+def report_suite(result: SuiteResult, *, scenario: str, heading: str, skipped: str,
+                 command: str, out: str | None, log: Any, min_passed: int,
+                 partial: bool) -> int:
+    """Write a suite's results (``<scenario>.md`` / ``.json`` with snake_case name) and log
+    them; the exit code: 1 when a whole run (not ``partial``) has problems."""
+    ran = sum(1 for o in result.outcomes.values() if o != "skipped")
+    lines = [f"# {heading}: {result.passed} of {ran} pass", "",
+             f"`{command}` — {ran - result.passed} fail, {len(result.outcomes) - ran} {skipped}",
+             "", "| failing test | why |", "|---|---|"]
+    lines += [f"| `{k}` | {result.expected.get(k) or 'UNEXPECTED: ' + result.messages.get(k, '')}"
+              " |" for k in result.failed]
+    lines += [f"| `{k}` | listed as failing, but passed |" for k in result.fixed]
+    markdown = "\n".join(lines)
+    data = {"scenario": scenario, "command": command, "passed": result.passed,
+            "ran": ran, "skipped": len(result.outcomes) - ran,
+            "failed": result.failed, "unexpected": result.unexpected, "fixed": result.fixed}
+    for path in write_results(Path(out or DEFAULT_OUT), scenario.replace("-", "_"), data,
+                              markdown):
+        log(f"wrote {path}")
+    log(markdown)
+    if partial:
+        return 0
+    log(f"unexpected failures: {result.unexpected or 'none'}; expected failures that passed:"
+        f" {result.fixed or 'none'}")
+    return 1 if result.problems(min_passed) else 0

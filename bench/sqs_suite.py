@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import Scenario, db
-from bench.report import DEFAULT_OUT, SuiteResult, write_results
+from bench.report import SuiteResult, report_suite
 
 __all__ = ["EXPECTED_FAILURES", "MIN_PASSED", "SCENARIO", "SuiteResult", "free_port",
            "harness_app", "run_suite", "serve", "serve_harness"]
@@ -201,27 +201,10 @@ def run(args: argparse.Namespace) -> int:
         with serve_harness(dsn) as url:
             log(f"moto's SQS tests against the endpoint at {url}...")
             result = run_suite(url, select=args.select)
-    ran = sum(1 for o in result.outcomes.values() if o != "skipped")
-    lines = [f"# moto's SQS tests against the endpoint: {result.passed} of {ran} pass", "",
-             f"`{args.command_line}` — {ran - result.passed} fail, "
-             f"{len(result.outcomes) - ran} skipped by moto in server mode", "",
-             "| failing test | why |", "|---|---|"]
-    lines += [f"| `{k}` | {EXPECTED_FAILURES.get(k) or 'UNEXPECTED: ' + result.messages[k]} |"
-              for k in result.failed]
-    lines += [f"| `{k}` | listed as failing, but passed |" for k in result.fixed]
-    markdown = "\n".join(lines)
-    data = {"scenario": "sqs-suite", "command": args.command_line, "passed": result.passed,
-            "ran": ran, "skipped": len(result.outcomes) - ran,
-            "failed": result.failed, "unexpected": result.unexpected, "fixed": result.fixed}
-    for path in write_results(Path(args.out or DEFAULT_OUT), "sqs_suite", data, markdown):
-        log(f"wrote {path}")
-    log(markdown)
-    if args.select:
-        return 0
-    ok = result.passed >= MIN_PASSED and not result.unexpected and not result.fixed
-    log(f"unexpected failures: {result.unexpected or 'none'}; expected failures that passed:"
-        f" {result.fixed or 'none'}")
-    return 0 if ok else 1
+    return report_suite(result, scenario="sqs-suite",
+                        heading="moto's SQS tests against the endpoint",
+                        skipped="skipped by moto in server mode", command=args.command_line,
+                        out=args.out, log=log, min_passed=MIN_PASSED, partial=bool(args.select))
 
 
 SCENARIO = Scenario(
