@@ -16,6 +16,11 @@ on Redis (Celery and RQ are "n/a (why)" where Redis does not answer). For each:
   the workers' start to their exit, per job. With ``--runs`` > 1 the runs go in rounds, every
   system once a round, so a drift of the host falls on all of them alike; the table shows each
   cell's median, and a line per system the range of its runs.
+- CPU per job, where the server runs on this host: the worker processes' own CPU (their process
+  group's, from ``/proc``) and the server backends' serving the system's database, from the
+  moment a tenth of the jobs has run to the last (start-up and imports left out). Unlike jobs/s,
+  CPU seconds barely move when other work shares the host, so a change of a few microseconds
+  per job shows through the noise of the rates.
 """
 
 from __future__ import annotations
@@ -84,8 +89,54 @@ def _count(folder: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in folder.glob("*.txt"))
 
 
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(stat: str) -> float:
+    """utime + stime of a /proc/<pid>/stat line, in seconds (the fields after the command)."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _group_cpu(groups: set[int]) -> float:
+    """CPU seconds of the live processes in these process groups (the workers and the children
+    they fork); 0.0 where /proc is not there."""
+    total = 0.0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[2]) in groups:
+            total += _proc_cpu(stat)
+    return total
+
+
+def _backend_cpu(dsn: str) -> float | None:
+    """CPU seconds of the server processes serving the system's database (this session's
+    excepted); None when the server is not on this host (its pids are not ours to read)."""
+    with db.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()").fetchall()
+        local = conn.execute("SELECT inet_server_addr() IS NULL"
+                             " OR host(inet_server_addr()) IN ('127.0.0.1', '::1')").fetchone()
+    if not local or not local[0]:
+        return None
+    total = 0.0
+    for (pid,) in rows:
+        try:
+            total += _proc_cpu(Path(f"/proc/{pid}/stat").read_text())
+        except (OSError, ValueError):
+            return None
+    return total
+
+
 @contextmanager
-def _workers(system: System, processes: int, concurrency: int, stamps: Path) -> Iterator[None]:
+def _workers(system: System, processes: int, concurrency: int, stamps: Path
+             ) -> Iterator[set[int]]:
     """The system's worker processes, each in a process group of its own; SIGTERM at the end
     (SIGKILL to what is left after 20 s)."""
     env = {**os.environ, **system.env(), STAMPS_ENV: str(stamps),
@@ -97,7 +148,7 @@ def _workers(system: System, processes: int, concurrency: int, stamps: Path) -> 
             procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out,
                                           start_new_session=True))
     try:
-        yield
+        yield {p.pid for p in procs}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -136,6 +187,13 @@ def _wal_bytes(dsn: str, start: str, end: str) -> int:
     return int(row[0])
 
 
+def _cpu_now(system: System, groups: set[int], stamps: Path
+             ) -> tuple[int, float, float | None]:
+    """(jobs run so far, the workers' CPU seconds, the server's for the system's database)."""
+    server = _backend_cpu(system.target) if system.postgres else None
+    return _count(stamps), _group_cpu(groups), server
+
+
 def measure_latency(system: System, count: int, rate: float, tmp: Path) -> dict[str, Any]:
     stamps = tmp / f"{system.name}-latency"
     stamps.mkdir()
@@ -167,14 +225,22 @@ def measure_throughput(system: System, processes: int, concurrency: int, jobs: i
     stamps.mkdir()
     system.fill(jobs)
     before = _pg_counters(system.target) if system.postgres else None
-    with _workers(system, processes, concurrency, stamps):
+    with _workers(system, processes, concurrency, stamps) as groups:
+        _wait_for(stamps, max(1, jobs // 10), 600 + jobs / 20, stamps / "workers.log")
+        cpu0 = _cpu_now(system, groups, stamps)
         _wait_for(stamps, jobs, 600 + jobs / 20, stamps / "workers.log")
+        cpu1 = _cpu_now(system, groups, stamps)
     starts = sorted(start for start, _ in _stamps(stamps))
     span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
     out: dict[str, Any] = {
         "processes": processes, "concurrency": concurrency, "jobs": len(starts),
         "seconds": round(span, 3), "jobs_per_s": (len(starts) - 1) / span if span else None,
     }
+    done = cpu1[0] - cpu0[0]
+    if done > 0:
+        out["worker_cpu_us_per_job"] = round((cpu1[1] - cpu0[1]) / done * 1e6, 1)
+        if cpu0[2] is not None and cpu1[2] is not None:
+            out["server_cpu_us_per_job"] = round((cpu1[2] - cpu0[2]) / done * 1e6, 1)
     if before is not None:
         time.sleep(0.5)  # the exited backends' counters reach pg_stat_database
         after = _pg_counters(system.target)
@@ -228,10 +294,18 @@ def throughput_rounds(systems: dict[str, System], args: argparse.Namespace, tmp:
             rates = [r["jobs_per_s"] or 0.0 for r in runs[name]]
             cell = {**runs[name][0], "jobs_per_s": statistics.median(rates), "runs": rates,
                     "range": [min(rates), max(rates)]}
+            for key in ("worker_cpu_us_per_job", "server_cpu_us_per_job"):
+                got = [r[key] for r in runs[name] if key in r]
+                if got:
+                    cell[key] = statistics.median(got)
             cells[name].append(cell)
             log(f"{system.label}: {processes} x {concurrency}: {cell['jobs_per_s']:,.0f} jobs/s"
                 f" ({cell['jobs']:,} jobs"
-                + (f", {cell['xact_per_job']} xact/job" if "xact_per_job" in cell else "") + ")")
+                + (f", {cell['xact_per_job']} xact/job" if "xact_per_job" in cell else "")
+                + (f", CPU µs/job: worker {cell['worker_cpu_us_per_job']:.0f}"
+                   if "worker_cpu_us_per_job" in cell else "")
+                + (f", server {cell['server_cpu_us_per_job']:.0f}"
+                   if "server_cpu_us_per_job" in cell else "") + ")")
     return cells
 
 

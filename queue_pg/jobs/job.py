@@ -195,7 +195,7 @@ class Job(BaseJob):
         self._client = client
         self.lock = threading.Lock()  # orders heartbeats before the message is settled
         self.beating = True
-        self.started = monotonic()
+        self.started = self.received  # one clock read a job: it runs as soon as it is received
         self.next_beat = 0.0
         self.deadline: float | None = None
         self.timed_out = False  # settled as failed at its deadline: the handler's end is ignored
