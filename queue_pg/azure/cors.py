@@ -56,7 +56,7 @@ class Names:
 class Rule:
     """One CORS rule, its items checked (an item that is not a token is dropped)."""
 
-    origins: frozenset[str]  # lower-case
+    origins: frozenset[str]  # as set: Azure compares origins with case
     any_origin: bool
     methods: frozenset[str]  # upper-case
     allowed: Names
@@ -65,7 +65,7 @@ class Rule:
 
     def origin_match(self, origin: str) -> str | None:
         """``"exact"``, ``"any"`` or None: how the rule admits ``origin``."""
-        if origin.lower() in self.origins:
+        if origin in self.origins:
             return "exact"
         return "any" if self.any_origin else None
 
@@ -97,7 +97,7 @@ def parse_rules(stored: Any) -> tuple[Rule, ...]:
         except ValueError:
             max_age = 0
         if origins and methods:
-            rules.append(Rule(frozenset(o.lower() for o in origins if o != "*"), "*" in origins,
+            rules.append(Rule(frozenset(o for o in origins if o != "*"), "*" in origins,
                               methods, _names(raw.get("AllowedHeaders")),
                               _names(raw.get("ExposedHeaders")), max_age))
     return tuple(rules)
