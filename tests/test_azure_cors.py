@@ -417,3 +417,19 @@ def test_rules_are_each_accounts_own_and_read_by_the_owner_only(
     with weak.connect() as c, pytest.raises(psycopg.Error) as denied:
         c.execute("SELECT * FROM queue_pg.azure_cors_rules()")
     assert "permission denied" in str(denied.value)
+
+
+def test_rules_it_cannot_read_refuse_preflights_and_add_no_headers(
+        make_role: MakeRole, clean: str) -> None:  # noqa: F811
+    """--no-auth as a role that is not the owner: the rules cannot be read, so preflights are
+    refused and actual requests carry no CORS headers (fail closed), and nothing else breaks."""
+    dev = make_role("azcorsdev", PRODUCER, CONSUMER)
+    with psycopg.connect(clean, autocommit=True) as c:
+        c.execute("SELECT queue_pg.azure_set_service_properties('devacct', %s)", [Jsonb(
+            {"Cors": [{"AllowedOrigins": "*", "AllowedMethods": "GET", "MaxAgeInSeconds": "1"}]})])
+    with serve(create_app(dev.dsn, auth=False)) as url:
+        got = preflight(f"{url}/devacct/jobs", APP, "GET")
+        assert got.status_code == 403 and cors_headers(got.headers) == {}
+        assert got.headers["x-ms-error-code"] == "AuthorizationPermissionMismatch"
+        listed = requests.get(f"{url}/devacct?comp=list", headers={"Origin": APP}, timeout=30)
+        assert listed.status_code == 200 and cors_headers(listed.headers) == {}
