@@ -678,52 +678,57 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account,
                              keyring=keyring, cors_ttl=cors_ttl)
 
-    async def operate(request: Request) -> Response:
-        """An operation of the REST API: checked, signed, run as its key's role."""
-        body = await _body(request)
-        acct, parts, secondary = _split(request, endpoint.account)
-        params = {k.lower(): v for k, v in request.query_params.items()
-                  if k not in azauth.SAS_PARAMS}
-        operation = _operation(request.method, parts, params)
-        if secondary and operation not in READ_ONLY:
-            raise AzureError(403, "InsufficientAccountPermissions", "The secondary endpoint"
-                             " is read-only: write operations go to the primary.")
-        await endpoint.open()
-        queue = parts[1] if len(parts) >= 2 else None
-        role = await endpoint.authorize(request, acct, queue, operation)
-        call = Call(endpoint, request, body, queue, parts[3] if len(parts) == 4 else None,
-                    params, acct, secondary)
-        run: Callable[[], Any] = getattr(call, operation)
-        token = REQUEST_ROLE.set(role)  # every connection the call borrows takes it
-        try:
-            response: Response = await run()
-        finally:
-            REQUEST_ROLE.reset(token)
+    def stamped(request: Request, response: Response, request_id: str) -> Response:
+        response.headers["x-ms-request-id"] = request_id
+        response.headers["x-ms-version"] = request.headers.get("x-ms-version", VERSION)
+        if "x-ms-client-request-id" in request.headers:
+            response.headers["x-ms-client-request-id"] = request.headers["x-ms-client-request-id"]
         return response
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
-        version = request.headers.get("x-ms-version", VERSION)
-        preflight = request.method == "OPTIONS"
         try:
-            response = await (endpoint.preflight(request) if preflight else operate(request))
+            body = await _body(request)
+            acct, parts, secondary = _split(request, endpoint.account)
+            params = {k.lower(): v for k, v in request.query_params.items()
+                      if k not in azauth.SAS_PARAMS}
+            operation = _operation(request.method, parts, params)
+            if secondary and operation not in READ_ONLY:
+                raise AzureError(403, "InsufficientAccountPermissions", "The secondary endpoint"
+                                 " is read-only: write operations go to the primary.")
+            await endpoint.open()
+            queue = parts[1] if len(parts) >= 2 else None
+            role = await endpoint.authorize(request, acct, queue, operation)
+            call = Call(endpoint, request, body, queue, parts[3] if len(parts) == 4 else None,
+                        params, acct, secondary)
+            run: Callable[[], Any] = getattr(call, operation)
+            token = REQUEST_ROLE.set(role)  # every connection the call borrows takes it
+            try:
+                response: Response = await run()
+            finally:
+                REQUEST_ROLE.reset(token)
         except Exception as err:  # every failure answers as Azure does
             response = _error(err, request_id)
-        response.headers["x-ms-request-id"] = request_id
-        response.headers["x-ms-version"] = version
-        if "x-ms-client-request-id" in request.headers:
-            response.headers["x-ms-client-request-id"] = request.headers["x-ms-client-request-id"]
-        if not preflight:  # errors too: a browser reads them only with these headers
-            await endpoint.add_cors(request, response)
+        stamped(request, response, request_id)
+        await endpoint.add_cors(request, response)  # errors too: a page reads only what CORS allows
         return response
+
+    async def preflight(request: Request) -> Response:
+        """OPTIONS: a CORS preflight, never signed (AzureEndpoint.preflight)."""
+        request_id = str(uuid.uuid4())
+        try:
+            response = await endpoint.preflight(request)
+        except Exception as err:
+            response = _error(err, request_id)
+        return stamped(request, response, request_id)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
         await endpoint.close()
 
-    routes = [Route("/{path:path}", handle,
-                    methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"])]
+    routes = [Route("/{path:path}", handle, methods=["GET", "HEAD", "PUT", "POST", "DELETE"]),
+              Route("/{path:path}", preflight, methods=["OPTIONS"])]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.endpoint = endpoint
     return app
