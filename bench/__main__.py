@@ -16,6 +16,7 @@ from bench import (
     Scenario,
     advice,
     azure,
+    azure_cors,
     azure_suite,
     client_cpu,
     cycle,
@@ -54,6 +55,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     sqs_details.SCENARIO,
     sqs_suite.SCENARIO,
     azure.SCENARIO,
+    azure_cors.SCENARIO,
     azure_suite.SCENARIO,
     failover.SCENARIO,
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shutil
 import statistics
@@ -85,7 +86,8 @@ def azurite_bin(folder: Path, log: Callable[[str], None]) -> Path | str:
 
 
 @contextlib.contextmanager
-def _listening(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[None]:
+def _listening(argv: list[str], port: int,
+               env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     server = subprocess.Popen(argv, env=env or os.environ.copy(), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
@@ -100,7 +102,7 @@ def _listening(argv: list[str], port: int, env: dict[str, str] | None = None) ->
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{argv[0]} did not start") from None
                 time.sleep(0.1)
-        yield
+        yield server
     finally:
         server.terminate()
         server.wait(30)
@@ -137,32 +139,59 @@ def _conn_str(url: str, account: str, key: str) -> str:
             f"QueueEndpoint={url}/{account};")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A ``queue-pg azure`` process of a bench run: its scratch database, account and key."""
+
+    dsn: str
+    machine: dict[str, Any]
+    account: str
+    key: str
+    port: int
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+    @property
+    def conn_str(self) -> str:
+        return _conn_str(f"http://127.0.0.1:{self.port}", self.account, self.key)
+
+
+def endpoint_process(stack: contextlib.ExitStack, args: argparse.Namespace,
+                     account: str) -> Endpoint:
+    """A scratch database (``--dsn``, ``--database``) with queue_pg, an account key of its
+    user sealed with QUEUE_PG_SECRET_KEY (one made for the run if unset), and ``queue-pg
+    azure`` serving it on a free port (authentication on); all undone by ``stack``."""
     from queue_pg import sealing
 
+    env = os.environ.copy()
+    env.setdefault(sealing.ENV, sealing.generate_key())
+    ring = sealing.Keyring.required(env)
+    dsn = stack.enter_context(db.scratch_database(args.dsn, args.database, keep=args.keep))
+    db.install(dsn)
+    with db.connect(dsn) as conn:
+        machine = machine_info(conn)
+        me = conn.execute("SELECT current_user").fetchone()
+        assert me is not None
+        account, key = sealing.create_azure_key(conn, str(me[0]), account, ring)
+    port = _free_port()
+    process = stack.enter_context(_listening(
+        [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn,
+         "azure", "--port", str(port)], port, env))
+    return Endpoint(dsn, machine, account, key, port, process, env)
+
+
+def run(args: argparse.Namespace) -> int:
     n = max(10, int(args.messages * args.scale))
     out = Path(args.out) if args.out else DEFAULT_OUT
     log: Callable[[str], None] = (lambda _: None) if args.quiet else print
     azurite: Path | str = ("n/a (--no-azurite)" if args.no_azurite
                            else azurite_bin(Path(args.azurite_dir), log))
-    env = os.environ.copy()
-    env.setdefault(sealing.ENV, sealing.generate_key())
-    ring = sealing.Keyring.required(env)
     rounds: dict[str, list[dict[str, float]]] = {"endpoint": [], "endpoint_no_auth": [],
                                                   "azurite": []}
     with contextlib.ExitStack() as stack:
-        dsn = stack.enter_context(db.scratch_database(args.dsn, args.database, keep=args.keep))
-        db.install(dsn)
-        with db.connect(dsn) as conn:
-            machine = machine_info(conn)
-            me = conn.execute("SELECT current_user").fetchone()
-            assert me is not None
-            account, key = sealing.create_azure_key(conn, str(me[0]), "benchacct", ring)
-        port = _free_port()
-        stack.enter_context(_listening(
-            [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", dsn,
-             "azure", "--port", str(port)], port, env))
-        servers: dict[str, str] = {"endpoint": _conn_str(f"http://127.0.0.1:{port}", account, key)}
+        ep = endpoint_process(stack, args, "benchacct")
+        dsn, machine, account, key, env = ep.dsn, ep.machine, ep.account, ep.key, ep.env
+        servers: dict[str, str] = {"endpoint": ep.conn_str}
         if args.with_no_auth:
             nport = _free_port()
             stack.enter_context(_listening(

@@ -41,7 +41,7 @@ ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
                "KBHBeksoGMGw==")
 #: At least this many of the suite's tests pass.
-MIN_PASSED = 55
+MIN_PASSED = 67
 #: Tests expected to fail, by mocha's full title, and why (docs/azure.md).
 EXPECTED_FAILURES: dict[str, str] = {
     "Queue SpecialNaming Should work with non-production secondary url when"

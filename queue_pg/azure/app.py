@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from queue_pg import errors
 from queue_pg.azure import auth as azauth
+from queue_pg.azure import cors
 from queue_pg.errors import translate
 from queue_pg.sealing import Keyring
 from queue_pg.sqs.app import REQUEST_ROLE, Endpoint, RequestTooLarge, _body
@@ -58,6 +59,7 @@ SECONDARY = "-secondary"
 READ_ONLY = frozenset({"list_queues", "get_service_properties", "get_service_stats",
                        "get_metadata", "get_acl", "peek_messages"})
 _QUEUE_NAME = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+_ACCOUNT_NAME = re.compile(r"[a-z0-9]{3,24}")
 _META = "x-ms-meta-"
 
 
@@ -322,9 +324,68 @@ class AzureEndpoint(Endpoint):
     every role) with Azure's keys and signatures."""
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
-                 account: str | None = None, keyring: Keyring | None = None) -> None:
+                 account: str | None = None, keyring: Keyring | None = None,
+                 cors_ttl: float = cors.DEFAULT_TTL) -> None:
         super().__init__(dsn, auth=auth, pool_size=pool_size, keyring=keyring)
         self.account = account
+        #: every account's CORS rules, for preflights and actual requests (queue_pg/azure/cors.py)
+        self.cors = cors.RuleCache(self._cors_rules, cors_ttl)
+
+    async def _cors_rules(self) -> dict[str, Any]:
+        """Every account's stored CORS rules (queue_pg.azure_cors_rules), as the DSN's user."""
+        await self.open()
+        assert self._pool is not None
+        token = REQUEST_ROLE.set(None)
+        try:
+            async with self._pool.connection() as conn:
+                with translate():
+                    cur = await conn.execute(
+                        "SELECT account, rules FROM queue_pg.azure_cors_rules()")
+                    return {str(a): r for a, r in await cur.fetchall()}
+        finally:
+            REQUEST_ROLE.reset(token)
+
+    def cors_account(self, request: Request) -> str | None:
+        """The account whose CORS rules apply to a request: its URL's, whatever the rest of the
+        path (None: no account this endpoint serves)."""
+        first = request.url.path.lstrip("/").split("/", 1)[0]
+        account = first.removesuffix(SECONDARY)
+        if not _ACCOUNT_NAME.fullmatch(account) or self.account not in (None, account):
+            return None
+        return account
+
+    async def preflight(self, request: Request) -> Response:
+        """A CORS preflight (OPTIONS), answered from the account's rules alone: not signed, and
+        the same whether the queue it names exists or not (Azure's Preflight Queue Request)."""
+        origin = request.headers.get("origin")
+        method = request.headers.get("access-control-request-method")
+        if origin is None or method is None:
+            raise AzureError(400, "MissingRequiredHeader", "A required CORS header is not present."
+                             f" {'Origin' if origin is None else 'Access-Control-Request-Method'}"
+                             " is missing.")
+        account = self.cors_account(request)
+        rules = await self.cors.rules(account) if account else ()
+        headers = cors.preflight(rules, origin, method,
+                                 request.headers.get("access-control-request-headers"))
+        if headers is None:
+            raise AzureError(403, "CorsPreflightFailure", "CORS not enabled or no matching rule"
+                             " found for this request.")
+        return Response(status_code=200, headers=headers)
+
+    async def add_cors(self, request: Request, response: Response) -> None:
+        """The Access-Control headers of an actual request with an Origin (cors.actual)."""
+        origin = request.headers.get("origin")
+        account = None if origin is None else self.cors_account(request)
+        if origin is None or account is None:
+            return
+        try:
+            rules = await self.cors.rules(account)
+        except Exception:  # the rules cannot be read: no CORS headers (the browser refuses)
+            logger.warning("queue_pg.azure: no CORS headers: the rules could not be read",
+                           exc_info=True)
+            return
+        response.headers.update(cors.actual(rules, origin, request.method,
+                                            list(response.headers.keys())))
 
     async def role_of(self, request: Request, body: bytes) -> str | None:
         raise NotImplementedError  # Azure's check needs the operation: see authorize
@@ -390,6 +451,7 @@ class Call:
                  queue: str | None, message_id: str | None, params: dict[str, str],
                  account: str = "", secondary: bool = False) -> None:
         self.client = endpoint.client
+        self.cors = endpoint.cors
         self.account, self.secondary = account, secondary
         self.request, self.body, self.params = request, body, params
         self.queue = queue or ""
@@ -410,6 +472,7 @@ class Call:
     async def set_service_properties(self) -> Response:
         await self._sql("SELECT queue_pg.azure_set_service_properties(%s, %s)",
                         [self.account, Jsonb(_properties_of(self.body))])
+        self.cors.invalidate()  # committed: the next request reads the new rules
         return Response(status_code=202)
 
     async def get_service_stats(self) -> Response:
@@ -603,19 +666,27 @@ def _split(request: Request, account: str | None) -> tuple[str, list[str], bool]
 
 
 def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
-               account: str | None = None, keyring: Keyring | None = None) -> Starlette:
+               account: str | None = None, keyring: Keyring | None = None,
+               cors_ttl: float = cors.DEFAULT_TTL) -> Starlette:
     """The endpoint as an ASGI app, to run with uvicorn or mount in another app.
 
     ``account``: the one account name served (None: any account with a live key; without
     auth, any name). ``keyring`` opens the stored account keys (default:
     ``QUEUE_PG_SECRET_KEY``); with ``auth``, :class:`~queue_pg.sealing.SecretKeyMissing` when
-    there is none."""
+    there is none. ``cors_ttl``: seconds a change of CORS rules made elsewhere (another
+    process, SQL) may take to apply here; one made through this app applies at once."""
     endpoint = AzureEndpoint(dsn, auth=auth, pool_size=pool_size, account=account,
-                             keyring=keyring)
+                             keyring=keyring, cors_ttl=cors_ttl)
+
+    def stamped(request: Request, response: Response, request_id: str) -> Response:
+        response.headers["x-ms-request-id"] = request_id
+        response.headers["x-ms-version"] = request.headers.get("x-ms-version", VERSION)
+        if "x-ms-client-request-id" in request.headers:
+            response.headers["x-ms-client-request-id"] = request.headers["x-ms-client-request-id"]
+        return response
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
-        version = request.headers.get("x-ms-version", VERSION)
         try:
             body = await _body(request)
             acct, parts, secondary = _split(request, endpoint.account)
@@ -638,18 +709,26 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
                 REQUEST_ROLE.reset(token)
         except Exception as err:  # every failure answers as Azure does
             response = _error(err, request_id)
-        response.headers["x-ms-request-id"] = request_id
-        response.headers["x-ms-version"] = version
-        if "x-ms-client-request-id" in request.headers:
-            response.headers["x-ms-client-request-id"] = request.headers["x-ms-client-request-id"]
+        stamped(request, response, request_id)
+        await endpoint.add_cors(request, response)  # errors too: a page reads only what CORS allows
         return response
+
+    async def preflight(request: Request) -> Response:
+        """OPTIONS: a CORS preflight, never signed (AzureEndpoint.preflight)."""
+        request_id = str(uuid.uuid4())
+        try:
+            response = await endpoint.preflight(request)
+        except Exception as err:
+            response = _error(err, request_id)
+        return stamped(request, response, request_id)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
         await endpoint.close()
 
-    routes = [Route("/{path:path}", handle, methods=["GET", "HEAD", "PUT", "POST", "DELETE"])]
+    routes = [Route("/{path:path}", handle, methods=["GET", "HEAD", "PUT", "POST", "DELETE"]),
+              Route("/{path:path}", preflight, methods=["OPTIONS"])]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.endpoint = endpoint
     return app

@@ -59,6 +59,11 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
 END $$;
 
+-- A value a user chose, for an error message: quoted, control characters shown as '?', its first
+-- 100 characters.
+CREATE OR REPLACE FUNCTION queue_pg._shown(v text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT quote_literal(left(regexp_replace(v, '[[:cntrl:]]', '?', 'g'), 100)) $$;
+
 -- Seconds as text without float noise: 30 -> '30', 0.5 -> '0.5'.
 CREATE OR REPLACE FUNCTION queue_pg._fmt(v double precision) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN v IS NULL THEN 'NULL' ELSE v::numeric::text END $$;

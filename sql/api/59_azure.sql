@@ -274,9 +274,115 @@ BEGIN
                      WHERE p.account = azure_service_properties.account), '{}');
 END $$;
 
+-- Every account's CORS rules (those with at least one), for the endpoint: it answers preflights,
+-- which are not signed, from one cached read of all accounts (queue_pg/azure/cors.py), so a
+-- preflight costs no read of its own whatever account or queue it names. The owner's only, as
+-- azure_key (the endpoint's own connection).
+CREATE OR REPLACE FUNCTION queue_pg.azure_cors_rules()
+RETURNS TABLE (account text, rules jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT queue_pg._is_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP011',
+            MESSAGE = format('permission denied: role %s may not read every account''s CORS rules',
+                             quote_literal(queue_pg._caller())),
+            DETAIL = 'only the queue_pg owner (the Azure endpoint''s own connection) reads them';
+    END IF;
+    RETURN QUERY SELECT p.account, p.properties -> 'Cors' FROM queue_pg.azure_service_properties p
+                 WHERE jsonb_typeof(p.properties -> 'Cors') = 'array'
+                   AND jsonb_array_length(p.properties -> 'Cors') > 0;
+END $$;
+
+-- Azure's limits on an account's CORS rules (Set Queue Service Properties), as the endpoint
+-- enforces them (queue_pg/azure/cors.py): the first problem of `rules`, naming the rule, the
+-- element, the value and what is allowed; NULL when there is none. Each element is one of Azure's
+-- comma-separated lists: AllowedOrigins (required: '*', or up to 64 origins of at most 256
+-- visible ASCII characters), AllowedMethods (required: DELETE, GET, HEAD, MERGE, POST, OPTIONS,
+-- PUT, PATCH), AllowedHeaders and ExposedHeaders (may be empty: header names of at most 256
+-- characters, at most 64 literal and 2 prefixed ones, 'x-ms-meta-*'), MaxAgeInSeconds (required:
+-- a whole number from 0); 2 KiB of values in all. The endpoint sends some of these values back in
+-- response headers to anyone, so every item is a plain token: no spaces, no control characters.
+CREATE OR REPLACE FUNCTION queue_pg._azure_cors_problem(rules jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    r record;
+    e record;
+    item text;
+    items text[];
+    total int := 0;
+    methods constant text[] := ARRAY['DELETE', 'GET', 'HEAD', 'MERGE', 'POST', 'OPTIONS', 'PUT', 'PATCH'];
+BEGIN
+    FOR r IN SELECT x.rule, x.n - 1 AS i FROM jsonb_array_elements(rules) WITH ORDINALITY x(rule, n) LOOP
+        IF jsonb_typeof(r.rule) <> 'object' THEN
+            RETURN format('Cors[%s] is a JSON %s: allowed an object of AllowedOrigins, AllowedMethods,'
+                          ' AllowedHeaders, ExposedHeaders, MaxAgeInSeconds', r.i, jsonb_typeof(r.rule));
+        END IF;
+        IF coalesce(r.rule ->> 'MaxAgeInSeconds', '') !~ '^\d{1,9}$' THEN
+            RETURN format('Cors[%s].MaxAgeInSeconds = %s is invalid: allowed a whole number from 0'
+                          ' to 999999999', r.i, coalesce(queue_pg._shown(r.rule ->> 'MaxAgeInSeconds'), 'missing'));
+        END IF;
+        FOR e IN SELECT * FROM jsonb_each(r.rule) LOOP
+            IF e.key NOT IN ('AllowedOrigins', 'AllowedMethods', 'AllowedHeaders', 'ExposedHeaders',
+                             'MaxAgeInSeconds') THEN
+                RETURN format('Cors[%s] element %s is invalid: allowed AllowedOrigins, AllowedMethods,'
+                              ' AllowedHeaders, ExposedHeaders, MaxAgeInSeconds', r.i, queue_pg._shown(e.key));
+            END IF;
+            CONTINUE WHEN e.key = 'MaxAgeInSeconds';
+            IF jsonb_typeof(e.value) <> 'string' THEN
+                RETURN format('Cors[%s].%s is a JSON %s: allowed a comma-separated list in a string',
+                              r.i, e.key, jsonb_typeof(e.value));
+            END IF;
+            total := total + length(e.value #>> '{}');
+            items := CASE WHEN btrim(e.value #>> '{}') = '' THEN '{}'::text[]
+                          ELSE ARRAY(SELECT btrim(t)
+                                     FROM unnest(string_to_array(e.value #>> '{}', ',')) t) END;
+            IF e.key IN ('AllowedOrigins', 'AllowedMethods') AND cardinality(items) = 0 THEN
+                RETURN format('Cors[%s].%s is empty: allowed %s', r.i, e.key,
+                              CASE e.key WHEN 'AllowedOrigins' THEN '''*'' or 1 to 64 origins'
+                                         ELSE array_to_string(methods, ', ') END);
+            END IF;
+            IF e.key = 'AllowedMethods' THEN
+                SELECT queue_pg._shown(t) INTO item FROM unnest(items) t
+                WHERE upper(t) <> ALL (methods) LIMIT 1;
+                IF FOUND THEN
+                    RETURN format('Cors[%s].AllowedMethods item %s is invalid: allowed %s', r.i,
+                                  item, array_to_string(methods, ', '));
+                END IF;
+            ELSIF e.key = 'AllowedOrigins' THEN
+                SELECT queue_pg._shown(t) INTO item FROM unnest(items) t
+                WHERE t !~ '^[\x21-\x7e]+$' OR length(t) > 256 LIMIT 1;
+                IF FOUND OR cardinality(items) > 64 THEN
+                    RETURN format('Cors[%s].AllowedOrigins %s is invalid: allowed ''*'' or 1 to 64 origins'
+                                  ' of 1 to 256 visible ASCII characters, comma-separated', r.i,
+                                  CASE WHEN FOUND THEN 'item ' || item
+                                       ELSE format('(%s origins)', cardinality(items)) END);
+                END IF;
+            ELSE
+                SELECT queue_pg._shown(t) INTO item FROM unnest(items) t
+                WHERE t !~ '^[-!#$%&''*+.^_`|~0-9A-Za-z]+$' OR length(t) > 256 LIMIT 1;
+                IF FOUND OR (SELECT count(*) FROM unnest(items) t WHERE t !~ '[*]$') > 64
+                   OR (SELECT count(*) FROM unnest(items) t WHERE t ~ '[*]$') > 2 THEN
+                    RETURN format('Cors[%s].%s %s is invalid: allowed header names of 1 to 256 characters'
+                                  ' (letters, digits and !#$%%&''*+-.^_`|~), at most 64 literal and 2'
+                                  ' prefixed (ending in *), comma-separated', r.i, e.key,
+                                  CASE WHEN FOUND THEN 'item ' || item
+                                       ELSE format('(%s names)', cardinality(items)) END);
+                END IF;
+            END IF;
+        END LOOP;
+        IF NOT (r.rule ? 'AllowedOrigins' AND r.rule ? 'AllowedMethods') THEN
+            RETURN format('Cors[%s] is invalid: AllowedOrigins and AllowedMethods are required', r.i);
+        END IF;
+    END LOOP;
+    IF total > 2048 THEN
+        RETURN format('Cors is %s characters of values: allowed up to 2048 (Azure''s 2 KiB)', total);
+    END IF;
+    RETURN NULL;
+END $$;
+
 -- Set Queue Service Properties: the top-level elements given replace the stored ones, those not
--- given stay (as Azure). Checked as Azure: at most 5 CORS rules, retention of 1 to 365 days,
--- booleans 'true' / 'false', a CORS rule's MaxAgeInSeconds a whole number >= 0.
+-- given stay (as Azure). Checked as Azure: at most 5 CORS rules within Azure's limits
+-- (_azure_cors_problem), retention of 1 to 365 days, booleans 'true' / 'false'.
 CREATE OR REPLACE FUNCTION queue_pg.azure_set_service_properties(account text, properties jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
@@ -299,14 +405,9 @@ BEGIN
             PERFORM queue_pg._raise('QP003', 'properties.Cors must be an array of rules');
         END IF;
         PERFORM queue_pg._check('len(Cors)', jsonb_array_length(properties -> 'Cors'), 0, 5, 'Cors');
-        SELECT r::text INTO bad FROM jsonb_array_elements(properties -> 'Cors') r
-        WHERE jsonb_typeof(r) <> 'object' OR coalesce(r ->> 'MaxAgeInSeconds', '') !~ '^\d{1,9}$'
-           OR coalesce(r ->> 'AllowedOrigins', '') = '' OR coalesce(r ->> 'AllowedMethods', '') = ''
-        LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'QP003',
-                MESSAGE = format('CORS rule %s is invalid: allowed AllowedOrigins and AllowedMethods'
-                                 ' given, MaxAgeInSeconds a whole number from 0', left(bad, 200));
+        bad := queue_pg._azure_cors_problem(properties -> 'Cors');
+        IF bad IS NOT NULL THEN
+            PERFORM queue_pg._raise('QP003', bad);
         END IF;
     END IF;
     SELECT e.key INTO bad
