@@ -197,16 +197,20 @@ def test_a_child_killed_from_outside_fails_its_job_and_the_pool_goes_on(
         assert start[3] not in w.children()
 
 
-def test_a_checkpoint_from_a_child_survives_its_death(pool_db: str, kind: str) -> None:
+@pytest.mark.parametrize("task_name", ["resume", "aresume"])
+def test_a_checkpoint_from_a_child_survives_its_death(
+    pool_db: str, kind: str, task_name: str
+) -> None:
+    """A plain task and an ``async def`` one (which awaits its checkpoint) alike."""
     with Running(pool_db, kind, concurrency=1), queue_pg.Client(
             pool_db, sweep_interval=None) as c:
-        pool_app.resume.send(("r",), client=c)
-        wait_until("the second attempt", lambda: len(runs(pool_db, "r")) == 2)
+        pool_app.REG.tasks[f"pool.{task_name}"].send(("r",), client=c)
+        wait_until("the second attempt", lambda: len(runs(pool_db, "r")) == 3)
         wait_until("done", lambda: not c.peek("pool", 1) and not dead(c))
     with psycopg.connect(pool_db, autocommit=True) as conn:
-        states = conn.execute("SELECT attempt, data->'state' FROM pool_runs WHERE key = 'r'"
-                              " ORDER BY n").fetchall()
-    assert states == [(1, {}), (2, {"step": 1})]
+        states = conn.execute("SELECT attempt, event, data->'state' FROM pool_runs"
+                              " WHERE key = 'r' ORDER BY n").fetchall()
+    assert states == [(1, "resume", {}), (1, "saved", None), (2, "resume", {"step": 1})]
 
 
 def test_an_error_in_the_child_keeps_its_type_and_traceback(pool_db: str, kind: str) -> None:

@@ -35,7 +35,7 @@ import pickle
 import signal
 import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from time import monotonic
 from types import FrameType
@@ -284,13 +284,23 @@ class ChildJob(BaseJob):
         super().__init__(message, 0.0, task)
         self._conn = conn
 
-    def checkpoint(self, state: JSON) -> None:
+    def checkpoint(self, state: JSON) -> Saved:
+        """Save ``state`` now (the parent saves it on the job's lease). An ``async def`` task
+        written for the asyncio worker may ``await`` it: the answer is already there."""
         body = self._checkpoint_body(state)
         self._conn.send(("checkpoint", state))
         kind, why = self._conn.recv()
         if kind == "error":
             raise RuntimeError(f"checkpoint failed: {why}")
         self._checkpointed(body, LeaseLost(why) if kind == "lost" else None)
+        return Saved()
+
+
+class Saved:
+    """A checkpoint done: awaiting it returns at once (see :meth:`ChildJob.checkpoint`)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield from ()
 
 
 _armed = False
