@@ -58,6 +58,19 @@ def soft(job: BaseJob, key: str) -> None:
         raise
 
 
+@task(queue=QUEUE, name="pool.hang", bind=True, registry=REG, retries=1, backoff=FAST)
+def hang(job: BaseJob, key: str) -> str:
+    """Hangs on its first attempt (deaf to anything but a kill), finishes on the next."""
+    record(job, "start", key)
+    while job.receive_count == 1:
+        try:
+            time.sleep(3600)
+        except BaseException:
+            continue
+    record(job, "done", key)
+    return "done"
+
+
 @task(queue=QUEUE, name="pool.exit", bind=True, registry=REG, retries=1, backoff=FAST)
 def exit_now(job: BaseJob, key: str) -> None:
     record(job, "start", key)

@@ -24,6 +24,7 @@ from queue_pg.jobs.pool import hard_limit
 from queue_pg.jobs.worker import Worker
 from tests import pool_app
 from tests.procs import ended
+from tests.test_advice import add_history
 from tests.test_worker import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,6 +238,29 @@ def test_a_revoked_running_job_is_killed(pool_db: str, kind: str) -> None:
         assert not c.peek("pool", 1) and not dead(c)
         assert pool_app.double.send(("after", 1), client=c).get(timeout=30, client=c) == 2
         assert start[3] not in w.children()
+
+
+def test_a_child_past_its_types_hung_work_limit_is_killed_and_its_slot_serves(
+    pool_db: str, kind: str
+) -> None:
+    """A 'per_type' queue where pool.hang's lease is 3 s: its heartbeat is refused at 12 s
+    (docs/timeouts.md, "Hung work"). The hung child is killed and the attempt failed, so the
+    one slot runs the retry; a child left running would hold the slot for good."""
+    with psycopg.connect(pool_db, autocommit=True) as conn:
+        add_history(conn, "pool", [0.5] * 40, type="pool.hang")
+    with queue_pg.Client(pool_db, sweep_interval=None) as c:
+        c.alter_queue("pool", max_lease=3600)
+        c.alter_tuning("pool", lease_policy="per_type")
+        [limit] = c.hung_limits("pool")
+        assert (limit.type, limit.type_lease, limit.stopped_after) == ("pool.hang", 3.0, 12.0)
+    with Running(pool_db, kind, concurrency=1, visibility_timeout=3.0) as w, queue_pg.Client(
+            pool_db, sweep_interval=None) as c:
+        pool_app.hang.send(("h",), client=c)
+        [first] = wait_until("the first run", lambda: runs(pool_db, "h"))
+        wait_until("the retry, done", lambda: [r[2:] for r in runs(pool_db, "h")][1:] == [
+            (2, w.children()[0] if w.children() else -1, "start"),
+            (2, w.children()[0] if w.children() else -1, "done")], timeout=60)
+        assert not alive(first[3]) and first[3] not in w.children()
 
 
 def test_children_run_concurrently(pool_db: str, kind: str) -> None:
