@@ -233,6 +233,29 @@ def test_a_role_with_one_queue_sweeps_only_its_chords_and_sees_no_other(
         assert chord_ids(db) == []
 
 
+def test_a_dropped_callback_queue_does_not_hold_the_last_member(db: str) -> None:
+    """The callback queue dropped while the members run: the chord is not swept (its members
+    are all there), and its last member is settled all the same; the callback went with its
+    queue, which a WARNING says."""
+    with queue_pg.Client(db, sweep_interval=None) as c:
+        c.create_queue("cbq")
+        chord, ids = start(c, 2, callback_queue="cbq")
+        c.drop_queue("cbq")
+        c.sweep()
+        assert chord_ids(db) == [chord]
+        got = {m.id: m for m in c.receive(Q, 10, visibility_timeout=60)}
+        heard: list[str] = []
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.add_notice_handler(lambda d: heard.append(d.message_primary or ""))
+            for i in ids:
+                row = conn.execute("SELECT queue_pg.complete_step(%s, %s, '1')",
+                                   [Q, got[i].receipt]).fetchone()
+                assert row == (True,)
+        assert heard == [f"chord {chord}: its callback 't.callback' was not sent: its queue"
+                         " 'cbq' was dropped"]
+        assert chord_ids(db) == [] and c.peek(Q, 10) == []
+
+
 def test_sweeping_many_dead_chords_is_bounded_by_max_rows(db: str) -> None:
     with queue_pg.Client(db, sweep_interval=None) as c:
         made = [start(c, 1)[0] for _ in range(5)]

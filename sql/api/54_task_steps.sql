@@ -60,10 +60,18 @@ BEGIN
         IF c.pending = 0 THEN
             SELECT jsonb_agg(x.result ORDER BY x.idx) INTO results
             FROM queue_pg.chord_members x WHERE x.chord_id = c.id;
-            PERFORM queue_pg.send(c.callback_queue,
-                                  queue_pg._next_step(c.callback, jsonb_build_array(results)),
-                                  attributes => jsonb_build_object('type', c.callback->>'task',
-                                                                   'chord', c.id));
+            -- a callback queue dropped meanwhile takes the callback with it, as it takes its
+            -- messages: the member is settled all the same, not held (and run again) for it
+            IF EXISTS (SELECT 1 FROM queue_pg.queues y WHERE y.name = c.callback_queue) THEN
+                PERFORM queue_pg.send(c.callback_queue,
+                                      queue_pg._next_step(c.callback, jsonb_build_array(results)),
+                                      attributes => jsonb_build_object('type', c.callback->>'task',
+                                                                       'chord', c.id));
+            ELSE
+                RAISE WARNING USING
+                    MESSAGE = format('chord %s: its callback %s was not sent: its queue %s was dropped',
+                                     c.id, quote_literal(c.callback->>'task'), quote_literal(c.callback_queue));
+            END IF;
             DELETE FROM queue_pg.chords x WHERE x.id = c.id;
         END IF;
     END IF;
