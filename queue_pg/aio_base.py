@@ -558,16 +558,34 @@ class AsyncClientBase:
         try:
             if own is not None:
                 async with _contained(own, own=True):
-                    n = await execute(own, _ops.sweep())
+                    n, said = await _sweep(own)
             else:
                 async with self._borrow() as conn:
-                    n = await execute(conn, _ops.sweep())
+                    n, said = await _sweep(conn)
             if n:
                 logger.debug("queue_pg: sweep removed %d expired messages", n)
+            for line in said:  # the chords it removed (sql/api/54_task_steps.sql)
+                logger.info("%s", line)
         except Exception as exc:
             why = _ours(exc)  # ours: one line says it all; anything else with its traceback
             logger.warning("queue_pg: periodic sweep failed: %s", why,
                            exc_info=None if isinstance(why, QueueError) else why)
+
+
+async def _sweep(conn: AsyncConnection) -> tuple[int, list[str]]:
+    """One sweep on ``conn``: how many expired messages it removed, and the NOTICEs it gave
+    (what else it removed that a user may miss: chords whose callback can never run)."""
+    said: list[str] = []
+
+    def hear(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.severity_nonlocalized == "NOTICE" and diag.message_primary:
+            said.append(diag.message_primary)
+
+    conn.add_notice_handler(hear)
+    try:
+        return await execute(conn, _ops.sweep()), said
+    finally:
+        conn.remove_notice_handler(hear)
 
 
 def _ours(exc: BaseException) -> BaseException:

@@ -546,16 +546,34 @@ class ClientBase:
         try:
             if own is not None:
                 with _contained(own, own=True):
-                    n = execute(own, _ops.sweep())
+                    n, said = _sweep(own)
             else:
                 with self._borrow() as conn:
-                    n = execute(conn, _ops.sweep())
+                    n, said = _sweep(conn)
             if n:
                 logger.debug("queue_pg: sweep removed %d expired messages", n)
+            for line in said:  # the chords it removed (sql/api/54_task_steps.sql)
+                logger.info("%s", line)
         except Exception as exc:
             why = _ours(exc)  # ours: one line says it all; anything else with its traceback
             logger.warning("queue_pg: periodic sweep failed: %s", why,
                            exc_info=None if isinstance(why, QueueError) else why)
+
+
+def _sweep(conn: Connection) -> tuple[int, list[str]]:
+    """One sweep on ``conn``: how many expired messages it removed, and the NOTICEs it gave
+    (what else it removed that a user may miss: chords whose callback can never run)."""
+    said: list[str] = []
+
+    def hear(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.severity_nonlocalized == "NOTICE" and diag.message_primary:
+            said.append(diag.message_primary)
+
+    conn.add_notice_handler(hear)
+    try:
+        return execute(conn, _ops.sweep()), said
+    finally:
+        conn.remove_notice_handler(hear)
 
 
 def _ours(exc: BaseException) -> BaseException:

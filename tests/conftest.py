@@ -51,7 +51,7 @@ TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_
     queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
     queue_pg.azure_keys, queue_pg.azure_queue_metadata, queue_pg.azure_access_policies,
     queue_pg.azure_service_properties,
-    queue_pg.task_results,
+    queue_pg.task_results, queue_pg.chords, queue_pg.chord_members,
     queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;
 UPDATE queue_pg.history_rollup_state SET lo = NULL, hi = NULL, hours_hi = NULL, safe = NULL, mark = NULL,

@@ -4,6 +4,7 @@ child's pid), so a test sees what a child did before it was killed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -57,6 +58,19 @@ def soft(job: BaseJob, key: str) -> None:
         raise
 
 
+@task(queue=QUEUE, name="pool.hang", bind=True, registry=REG, retries=1, backoff=FAST)
+def hang(job: BaseJob, key: str) -> str:
+    """Hangs on its first attempt (deaf to anything but a kill), finishes on the next."""
+    record(job, "start", key)
+    while job.receive_count == 1:
+        try:
+            time.sleep(3600)
+        except BaseException:
+            continue
+    record(job, "done", key)
+    return "done"
+
+
 @task(queue=QUEUE, name="pool.exit", bind=True, registry=REG, retries=1, backoff=FAST)
 def exit_now(job: BaseJob, key: str) -> None:
     record(job, "start", key)
@@ -83,7 +97,22 @@ def resume(job: BaseJob, key: str) -> str:
     record(job, "resume", key, state=state)
     if not state:
         job.checkpoint({"step": 1})
+        record(job, "saved", key)
         os._exit(1)
+    return "resumed"
+
+
+@task(queue=QUEUE, name="pool.aresume", bind=True, registry=REG, retries=2, backoff=FAST)
+async def aresume(job: BaseJob, key: str) -> str:
+    """An async task in a child: awaits its checkpoint, then dies once; the next attempt
+    resumes from it."""
+    state = job.state or {}
+    record(job, "resume", key, state=state)
+    if not state:
+        await job.checkpoint({"step": 1})  # type: ignore[attr-defined]
+        record(job, "saved", key)
+        os._exit(1)
+    await asyncio.sleep(0)
     return "resumed"
 
 

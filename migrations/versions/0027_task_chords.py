@@ -29,6 +29,7 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS queue_pg.complete_step(text, text, jsonb, double precision);
         DROP FUNCTION IF EXISTS queue_pg.send_chord(jsonb, text, jsonb);
         DROP FUNCTION IF EXISTS queue_pg._next_step(jsonb, jsonb);
+        DROP FUNCTION IF EXISTS queue_pg._forget_chords(integer, integer[]);
         DROP TABLE queue_pg.chord_members;
         DROP TABLE queue_pg.chords;
         """,

@@ -2,7 +2,8 @@
 
 Everything but the tasks (what to receive, how to settle, how a heartbeat ends) is shared with
 the threaded :class:`queue_pg.Worker`: see :mod:`queue_pg.jobs.settle` and
-:mod:`queue_pg.jobs.worker_loop`.
+:mod:`queue_pg.jobs.worker_loop`; so is the process pool (:mod:`queue_pg.jobs.pool`), whose
+blocking round trip with a child runs in a thread per slot while the loop beats and settles.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,6 +26,7 @@ from queue_pg.jobs.declare import ensure_queues
 from queue_pg.jobs.job import HUNG, SHUTDOWN, TIMEOUT, AsyncJob, LeaseLost, TaskTimeout, job_var
 from queue_pg.jobs.periodic import Scheduler
 from queue_pg.jobs.plans import Outcome, Plan
+from queue_pg.jobs.pool import ProcessSlot
 from queue_pg.jobs.pulse import REAP_INTERVAL
 from queue_pg.jobs.settle import Beat, StuckWatch, beat, settle
 from queue_pg.jobs.worker_loop import (
@@ -38,6 +41,8 @@ from queue_pg.types import Message
 
 if TYPE_CHECKING:
     from queue_pg.aio import AsyncClient
+    from queue_pg.jobs.tasks import Task
+    from queue_pg.types import JSON
 
 __all__ = ["AsyncHandler", "AsyncWorker", "run_plan"]
 
@@ -68,6 +73,10 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
     Handlers are ``async def handler(job)``; a registry's async tasks are awaited and its plain
     functions run in a thread. A task's ``timeout`` cancels it for real here. Same options as
     :class:`queue_pg.Worker` (``concurrency`` None: 10 tasks); ``await worker.run()``.
+
+    ``pool="processes"`` (and ``modules``): as :class:`queue_pg.Worker`'s, each handler task runs
+    its jobs in a child process of its own, killed at the task's hard limit or on a revoke with
+    ``terminate`` and replaced; the round trip with the child waits in a thread per handler.
     """
 
     default_concurrency = 10
@@ -79,6 +88,10 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         self._scheduler = Scheduler(self._registry, self.settings.queues)
         self._flush_wake: asyncio.Event | None = None
         self._pulse_stop = asyncio.Event()
+        #: pool="processes": the slots free to take a job (made in run), and the threads that
+        #: wait on their children
+        self._free: asyncio.Queue[ProcessSlot] | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     def _acks_wake(self) -> None:
         if self._flush_wake is not None:
@@ -101,6 +114,7 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         """Receive and handle until :meth:`stop` or one of ``signals`` (main thread only)."""
         await run_plan(self.client, ensure_queues(self._registry, self.queues))
         await run_plan(self.client, self._rounds.leases())
+        starting = self._start_children()
         self._wake = asyncio.Event()
         self._flush_wake = asyncio.Event()
         self._flushing = True
@@ -139,7 +153,59 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             await self._settle_left()
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            await self._stop_children(starting)
         logger.info("stopped: %s", self.stats.line())
+
+    # --- the process pool ---------------------------------------------------------------------
+
+    def _start_children(self) -> list[asyncio.Task[None]]:
+        """pool="processes": a thread per slot, and each slot's child started (in it) with the
+        worker, not at the first job; a slot is free once its child is up."""
+        if not self._slots:
+            return []
+        self._free = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(len(self._slots), thread_name_prefix="queue_pg-slot")
+        return [asyncio.create_task(self._give_back(s)) for s in self._slots]
+
+    async def _in_thread(self, func: Callable[[], R]) -> R:
+        """``func()`` in the slots' threads (one each: a slot waits on its child there)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, func)
+
+    async def _give_back(self, slot: ProcessSlot) -> None:
+        """The slot free again, with a live child (a killed or dead one replaced first)."""
+        assert self._free is not None
+        if not self._stop_requested:
+            await self._in_thread(slot.renew)
+        self._free.put_nowait(slot)
+
+    async def _stop_children(self, starting: list[asyncio.Task[None]]) -> None:
+        """Kill every child once no slot thread touches it (a start still under way ends
+        first: it is bounded by START_TIMEOUT)."""
+        await asyncio.gather(*starting, return_exceptions=True)
+        if self._executor is not None:
+            await asyncio.to_thread(self._executor.shutdown, True)
+        await asyncio.gather(*(asyncio.to_thread(s.kill) for s in self._slots))
+
+    async def _in_child(self, slot: ProcessSlot, job: AsyncJob, task: Task,
+                        args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Run the job in the slot's child (:meth:`ProcessSlot.run`, in the slot's thread). A
+        cancelled handler (the grace period's end, the hung-work limit) cancels the job: the
+        thread kills the child, and the handler ends only once it is gone."""
+        loop = asyncio.get_running_loop()
+
+        def save(state: JSON) -> None:  # a checkpoint of the child's, on the job's lease
+            asyncio.run_coroutine_threadsafe(job.checkpoint(state), loop).result()
+
+        running = loop.run_in_executor(self._executor, partial(
+            slot.run, job, task, args, kwargs, save))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if job.cancel_reason is None:
+                job.cancel(SHUTDOWN)
+            with contextlib.suppress(BaseException):
+                await running
+            raise
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -212,10 +278,14 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
         beating = asyncio.create_task(self._heartbeat(job, ended, me))
         exc: BaseException | None = None
         value: Any = None
+        slot: ProcessSlot | None = None
         at = joblog.started(job, self.job_log_level)
         try:
             task, args, kwargs = resolve_task(self._registry, job)
-            if task is not None:
+            if task is not None and self._free is not None:
+                slot = await self._free.get()
+                value = await self._in_child(slot, job, task, args, kwargs)
+            elif task is not None:
                 started = monotonic()
                 cause: Exception | None = None
                 try:
@@ -240,11 +310,17 @@ class AsyncWorker(WorkerBase["AsyncClient", AsyncHandler]):
             exc.__cause__ = e
         except Exception as e:
             exc = e
+            if slot is not None:
+                slot.failed(job, e)
         joblog.finished(job, exc, at, self.job_log_level)
         ended.set()  # a beat in progress completes first: the settle below has the last word
         await beating
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
-        self.stats.add(await run_plan(self.client, plan))
+        try:
+            self.stats.add(await run_plan(self.client, plan))
+        finally:
+            if slot is not None:  # after the settle, as the threaded worker's slots
+                await self._give_back(slot)
 
     async def _flush_loop(self) -> None:
         """Delete finished jobs in batches, once due (see :mod:`queue_pg.jobs.acks`)."""

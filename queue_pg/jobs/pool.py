@@ -1,10 +1,13 @@
-"""The process pool of :class:`queue_pg.Worker` (``pool="processes"``, ``queue-pg worker --pool
-processes``): each handler thread runs its jobs in a child process of its own, so a job past its
-hard time limit, or one revoked while it runs, is stopped for real (SIGKILL) and its child
-replaced.
+"""The process pool of both workers (``Worker(..., pool="processes")``, ``AsyncWorker(...,
+pool="processes")``, ``queue-pg worker --pool processes``): each handler (a thread of
+:class:`queue_pg.Worker`, a task of :class:`queue_pg.AsyncWorker`) runs its jobs in a child
+process of its own, so a job past its hard time limit, or one revoked while it runs, is stopped
+for real (SIGKILL) and its child replaced.
 
 The parent keeps everything that touches the database: the receive, the lease (its heartbeat
-thread beats while a child runs), the settle. A child only imports the task modules and runs
+beats while a child runs), the settle. A slot's round trip with its child
+(:meth:`ProcessSlot.run`) blocks: the threaded worker runs it in the handler's thread, the
+asyncio worker in a thread of its own per slot. A child only imports the task modules and runs
 one task at a time, told what by its parent through a pipe:
 
 - the **soft limit** (the task's ``timeout``): SIGALRM raises :class:`TaskTimeout` inside the
@@ -15,8 +18,8 @@ one task at a time, told what by its parent through a pipe:
 - a child that dies by itself (``os._exit``, a segfault, SIGKILL from outside, the OOM killer)
   fails the attempt with :class:`ChildDied`, and is replaced;
 - a job whose lease is lost (revoked with ``terminate``, or taken by another worker) or cannot
-  be kept (past ``max_lease``; a stop past its grace period) has its child killed: it must not
-  go on running while its message runs again elsewhere.
+  be kept (past ``max_lease``; its type's hung-work limit; a stop past its grace period) has its
+  child killed: it must not go on running while its message runs again elsewhere.
 
 Each failure is retried by the task's policy and dead-lettered at its end, like any other.
 """
@@ -32,13 +35,22 @@ import pickle
 import signal
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from time import monotonic
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from queue_pg.jobs.job import LOST, MAX_LEASE, SHUTDOWN, BaseJob, Job, LeaseLost, TaskTimeout
+from queue_pg.jobs.job import (
+    HUNG,
+    LOST,
+    MAX_LEASE,
+    SHUTDOWN,
+    BaseJob,
+    Job,
+    LeaseLost,
+    TaskTimeout,
+)
 from queue_pg.types import JSON, Message
 
 if TYPE_CHECKING:
@@ -47,7 +59,8 @@ if TYPE_CHECKING:
     from queue_pg.jobs.tasks import Task
 
 __all__ = [
-    "HARD_GRACE", "POOLS", "ChildDied", "ChildJob", "ProcessSlot", "RemoteTraceback", "hard_limit",
+    "HARD_GRACE", "KILL_REASONS", "POOLS", "ChildDied", "ChildJob", "ProcessSlot",
+    "RemoteTraceback", "check_pool", "hard_limit",
 ]
 
 logger = logging.getLogger("queue_pg.worker")
@@ -61,6 +74,19 @@ HARD_GRACE = 2.0
 LOOK = 0.05
 #: Longest a new child may take to import the task modules.
 START_TIMEOUT = 60.0
+#: Why a job's child is killed while it runs: its message is not (or no longer) this run's.
+KILL_REASONS = (LOST, SHUTDOWN, MAX_LEASE, HUNG)
+
+
+def check_pool(pool: str, handler: object) -> None:
+    """ValueError for a pool that is not offered; TypeError for a process pool without a
+    registry (a child runs tasks it imports, not a handler object)."""
+    from queue_pg.jobs.tasks import Registry
+
+    if pool not in POOLS:
+        raise ValueError(f"pool = {pool!r}: choose {' or '.join(map(repr, POOLS))}")
+    if pool == "processes" and not isinstance(handler, Registry):
+        raise TypeError("pool='processes' runs the tasks of a registry, not a handler")
 
 
 class ChildDied(Exception):
@@ -122,6 +148,21 @@ class ProcessSlot:
             self.kill()
             raise ChildDied(f"a new child process could not import the task modules: {hello[1]}")
 
+    def renew(self) -> None:
+        """A new child when the last one was killed or died (or none started yet), before the
+        slot takes a job; a child that cannot start is logged (the next run tries again)."""
+        if self.proc is not None:
+            return
+        try:
+            self.ensure()
+        except Exception as exc:
+            logger.error("child process %d did not start: %s", self.index, exc)
+
+    def failed(self, job: BaseJob, exc: BaseException) -> None:
+        """After a run that raised ``exc``: say so when it cost the child."""
+        if isinstance(exc, (TaskTimeout, ChildDied)) and self.proc is None:
+            logger.warning("%s: %s; a new process replaces it", job.describe(), exc)
+
     def kill(self) -> None:
         """SIGKILL the child (if any) and forget it."""
         if self.proc is not None and self.proc.is_alive():
@@ -143,11 +184,17 @@ class ProcessSlot:
 
     # --- one job ----------------------------------------------------------------------------------
 
-    def run(self, job: BaseJob, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    def run(self, job: BaseJob, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any],
+            save: Callable[[JSON], object] | None = None) -> Any:
         """Run the task in the child; its return value, or its exception raised here.
         TaskTimeout at the soft limit (whatever the task did after) and at the hard one (the
-        child killed); ChildDied when the child died by itself; LeaseLost when the job's lease
-        was lost or the worker stops past its grace period (the child killed)."""
+        child killed); ChildDied when the child died by itself; LeaseLost when the job is
+        cancelled for one of :data:`KILL_REASONS` (the child killed). ``save(state)`` saves a
+        checkpoint of the child's on the job's lease, from this thread (default: the threaded
+        worker's ``job.checkpoint``)."""
+        if save is None:
+            assert isinstance(job, Job)
+            save = job.checkpoint
         self.ensure()
         assert self.conn is not None and self.proc is not None
         conn, proc = self.conn, self.proc
@@ -161,7 +208,7 @@ class ProcessSlot:
                 self.kill()
                 raise TaskTimeout(f"{task.name} passed its hard time limit of {hard:g}s; its"
                                   " process was killed")
-            if job.cancel_reason in (LOST, SHUTDOWN, MAX_LEASE):
+            if job.cancel_reason in KILL_REASONS:
                 self.kill()
                 raise LeaseLost(f"message {job.id} of queue {job.queue!r}: {job.cancel_reason};"
                                 " its process was killed")
@@ -177,7 +224,7 @@ class ProcessSlot:
                     raise ChildDied(f"{task.name}: its process died while it ran ({code})")
                 kind = answer[0]
                 if kind == "checkpoint":
-                    conn.send(_checkpoint(job, answer[1]))
+                    conn.send(_checkpoint(save, answer[1]))
                     continue
                 late = task.timeout is not None and monotonic() - started >= task.timeout
                 if kind == "ok" and not late:
@@ -202,11 +249,10 @@ class ProcessSlot:
         return f"exit code {proc.exitcode}"
 
 
-def _checkpoint(job: BaseJob, state: JSON) -> tuple[str, str | None]:
+def _checkpoint(save: Callable[[JSON], object], state: JSON) -> tuple[str, str | None]:
     """A child's checkpoint, saved by the parent on the job's lease."""
-    assert isinstance(job, Job)
     try:
-        job.checkpoint(state)
+        save(state)
     except LeaseLost as exc:
         return ("lost", str(exc))
     except Exception as exc:
@@ -238,13 +284,23 @@ class ChildJob(BaseJob):
         super().__init__(message, 0.0, task)
         self._conn = conn
 
-    def checkpoint(self, state: JSON) -> None:
+    def checkpoint(self, state: JSON) -> Saved:
+        """Save ``state`` now (the parent saves it on the job's lease). An ``async def`` task
+        written for the asyncio worker may ``await`` it: the answer is already there."""
         body = self._checkpoint_body(state)
         self._conn.send(("checkpoint", state))
         kind, why = self._conn.recv()
         if kind == "error":
             raise RuntimeError(f"checkpoint failed: {why}")
         self._checkpointed(body, LeaseLost(why) if kind == "lost" else None)
+        return Saved()
+
+
+class Saved:
+    """A checkpoint done: awaiting it returns at once (see :meth:`ChildJob.checkpoint`)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield from ()
 
 
 _armed = False

@@ -55,10 +55,9 @@ from queue_pg.jobs.job import (
 )
 from queue_pg.jobs.periodic import Scheduler
 from queue_pg.jobs.plans import Outcome, Plan
-from queue_pg.jobs.pool import POOLS, ChildDied, ProcessSlot
+from queue_pg.jobs.pool import ProcessSlot
 from queue_pg.jobs.pulse import REAP_INTERVAL
 from queue_pg.jobs.settle import Beat, StuckWatch, beat, settle
-from queue_pg.jobs.tasks import Registry
 from queue_pg.jobs.worker_loop import (
     GATHER,
     STATUS_INTERVAL,
@@ -123,30 +122,9 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     default_concurrency = 4
 
-    def __init__(
-        self,
-        client: Client,
-        queues: str | Sequence[str],
-        handler: SyncHandler | Registry,
-        *,
-        pool: str = "threads",
-        modules: Sequence[str] = (),
-        **options: Any,
-    ) -> None:
-        if pool not in POOLS:
-            raise ValueError(f"pool = {pool!r}: choose {' or '.join(map(repr, POOLS))}")
-        if pool == "processes" and not isinstance(handler, Registry):
-            raise TypeError("pool='processes' runs the tasks of a registry, not a handler")
-        self.pool = pool
-        self._modules = tuple(modules)
-        super().__init__(client, queues, handler, **options)
-
     def _setup(self) -> None:
         if inspect.iscoroutinefunction(self._handler):
             raise TypeError("an async handler needs AsyncWorker (Worker runs plain functions)")
-        #: One child process per handler thread under pool="processes" (queue_pg.jobs.pool).
-        self._slots = [ProcessSlot(self._modules, i) for i in range(self.settings.concurrency)
-                       ] if self.pool == "processes" else []
         self._cond = threading.Condition()
         self._running: set[Job] = set()
         self._inbox: SimpleQueue[Job | None] = SimpleQueue()
@@ -317,10 +295,7 @@ class Worker(WorkerBase["Client", SyncHandler]):
 
     def _serve(self, slot: ProcessSlot | None) -> None:
         if slot is not None:
-            try:
-                slot.ensure()  # the children start with the worker, not at the first job
-            except Exception as exc:
-                logger.error("child process %d did not start: %s", slot.index, exc)
+            slot.renew()  # the children start with the worker, not at the first job
         try:
             self._serve_jobs(slot)
         finally:
@@ -373,9 +348,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
                 self._handler(job)
         except Exception as e:
             exc = e
-            if slot is not None and isinstance(e, (TaskTimeout, ChildDied)) and (
-                    slot.proc is None):
-                logger.warning("%s: %s; a new process replaces it", job.describe(), e)
+            if slot is not None:
+                slot.failed(job, e)
         joblog.finished(job, exc, at, self.job_log_level)
         with job.lock:  # no heartbeat after this: the settle below sets the visibility
             job.beating = False
@@ -387,11 +361,8 @@ class Worker(WorkerBase["Client", SyncHandler]):
             return
         plan = settle(job, exc, self.settings.backoff_for(job), self._acks, value)
         self.stats.add(run_plan(self.client, plan))
-        if slot is not None and slot.proc is None and not self._stop_requested:
-            try:  # the killed (or dead) child's replacement, before the slot takes a job
-                slot.ensure()
-            except Exception as e:
-                logger.error("child process %d did not start: %s", slot.index, e)
+        if slot is not None and not self._stop_requested:
+            slot.renew()  # the killed (or dead) child's replacement, before the slot takes a job
 
     def _time_out(self, job: Job) -> None:
         """A job past its task's timeout: failed now (retried as the task says), whatever its

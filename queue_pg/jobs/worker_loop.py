@@ -22,6 +22,7 @@ from queue_pg.jobs.acks import Acks
 from queue_pg.jobs.backoff import Backoff
 from queue_pg.jobs.job import BaseJob, Reject
 from queue_pg.jobs.plans import ClientCall, Plan
+from queue_pg.jobs.pool import ProcessSlot, check_pool
 from queue_pg.jobs.pulse import Pulse
 from queue_pg.jobs.settle import release
 from queue_pg.jobs.tasks import Registry
@@ -322,7 +323,14 @@ class WorkerBase(Generic[C, H]):
         backoff: Backoff | Mapping[str, Backoff] | None = None,
         job_log_level: int | str | None = None,
         detect_crashes: bool = True,
+        pool: str = "threads",
+        modules: Sequence[str] = (),
     ) -> None:
+        check_pool(pool, handler)
+        #: "threads", or "processes": each handler runs its tasks in a child process of its own
+        #: (queue_pg.jobs.pool), which imports ``modules`` (and each task's own module)
+        self.pool = pool
+        self._modules = tuple(modules)
         self.client = client
         # each job's start and finish logged at this level (queue_pg.jobs.joblog);
         # the queues of max_running tasks are polled with their tasks' queues
@@ -341,6 +349,9 @@ class WorkerBase(Generic[C, H]):
         self._pulse = Pulse(detect_crashes)
         self._rounds = Rounds(self.settings, self.stats, "worker", self._pulse)
         self._stop_requested = False
+        #: One child process per handler under pool="processes" (queue_pg.jobs.pool).
+        self._slots = [ProcessSlot(self._modules, i) for i in range(self.settings.concurrency)
+                       ] if pool == "processes" else []
         self._setup()
 
     def _setup(self) -> None:

@@ -158,6 +158,7 @@ BEGIN
     PERFORM queue_pg._forget_writes(max_rows, scope);
     PERFORM queue_pg._forget_dedup(at, max_rows, scope);  -- sql/api/22_dedup.sql
     PERFORM queue_pg._forget_results(at, max_rows, scope);  -- sql/api/54_task_results.sql
+    PERFORM queue_pg._forget_chords(max_rows, scope);  -- dead chords, sql/api/54_task_steps.sql
     PERFORM queue_pg._redrive_steps(max_rows, at);  -- redrive tasks, sql/api/57_redrive.sql
     IF scope IS NULL THEN
         -- lost consumers no limited role's reap looks at (sql/api/34_consumers.sql)

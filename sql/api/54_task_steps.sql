@@ -60,10 +60,18 @@ BEGIN
         IF c.pending = 0 THEN
             SELECT jsonb_agg(x.result ORDER BY x.idx) INTO results
             FROM queue_pg.chord_members x WHERE x.chord_id = c.id;
-            PERFORM queue_pg.send(c.callback_queue,
-                                  queue_pg._next_step(c.callback, jsonb_build_array(results)),
-                                  attributes => jsonb_build_object('type', c.callback->>'task',
-                                                                   'chord', c.id));
+            -- a callback queue dropped meanwhile takes the callback with it, as it takes its
+            -- messages: the member is settled all the same, not held (and run again) for it
+            IF EXISTS (SELECT 1 FROM queue_pg.queues y WHERE y.name = c.callback_queue) THEN
+                PERFORM queue_pg.send(c.callback_queue,
+                                      queue_pg._next_step(c.callback, jsonb_build_array(results)),
+                                      attributes => jsonb_build_object('type', c.callback->>'task',
+                                                                       'chord', c.id));
+            ELSE
+                RAISE WARNING USING
+                    MESSAGE = format('chord %s: its callback %s was not sent: its queue %s was dropped',
+                                     c.id, quote_literal(c.callback->>'task'), quote_literal(c.callback_queue));
+            END IF;
             DELETE FROM queue_pg.chords x WHERE x.id = c.id;
         END IF;
     END IF;
@@ -114,4 +122,72 @@ BEGIN
         i := i + 1;
     END LOOP;
     RETURN QUERY SELECT cid, ids;
+END $$;
+
+-- Chords whose callback can never be sent, deleted by sweep with their member rows. The rule: a
+-- member is counted done only by complete_step on its own message, in its own queue, so a member
+-- not done whose message is gone (purged, expired, deleted by hand, settled in another queue,
+-- its queue dropped: that takes its member row too) never will be, and its chord's `pending`
+-- never reaches 0. Such a chord is dead from that moment on (a message never comes back), and
+-- one that can still complete is never taken: each of its members not done still has its message
+-- somewhere (its queue, a dead-letter queue it can be redriven from). One statement reads the
+-- members and the messages, so a member settling meanwhile is seen wholly before (its message
+-- there) or wholly after (done): never as gone.
+-- Locks: the member rows, then the chord's (complete_step's order), both SKIP LOCKED: a chord
+-- with a member being settled now is left to a later sweep; nothing waits, nothing deadlocks.
+-- Scope (NULL: all): a limited role's sweep takes only chords of its own queues (every queue of
+-- the chord that still exists, members' and callback's, one it sees; at least one).
+-- Returns how many; a NOTICE names the first ten (the client logs it).
+CREATE OR REPLACE FUNCTION queue_pg._forget_chords(max_rows integer, scope integer[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    dead bigint[];
+    free bigint[];
+    gone record;
+    shown text;
+    cnt integer;
+BEGIN
+    SELECT array_agg(c.id) INTO dead FROM (
+        SELECT c.id FROM queue_pg.chords c
+        WHERE c.pending > (SELECT count(*) FROM queue_pg.chord_members x
+                           WHERE x.chord_id = c.id AND x.done_at IS NULL
+                             AND EXISTS (SELECT 1 FROM queue_pg.messages m WHERE m.id = x.message_id))
+          AND (scope IS NULL OR (
+               NOT EXISTS (SELECT 1 FROM queue_pg.chord_members x
+                           WHERE x.chord_id = c.id AND x.queue_id <> ALL (scope))
+               AND NOT EXISTS (SELECT 1 FROM queue_pg.queues q
+                               WHERE q.name = c.callback_queue AND q.id <> ALL (scope))
+               AND (EXISTS (SELECT 1 FROM queue_pg.chord_members x WHERE x.chord_id = c.id)
+                    OR EXISTS (SELECT 1 FROM queue_pg.queues q WHERE q.name = c.callback_queue))))
+        ORDER BY c.id
+        LIMIT max_rows) c;
+    IF dead IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- chords whose every member row this sweep could lock (none being settled now)
+    SELECT array_agg(c.id) INTO free
+    FROM unnest(dead) c(id)
+    WHERE (SELECT count(*) FROM queue_pg.chord_members x WHERE x.chord_id = c.id)
+        = (SELECT count(*) FROM (SELECT 1 FROM queue_pg.chord_members x WHERE x.chord_id = c.id
+                                 FOR UPDATE SKIP LOCKED) l);
+    WITH d AS (
+        DELETE FROM queue_pg.chords c
+        WHERE c.id = ANY (ARRAY(SELECT y.id FROM queue_pg.chords y WHERE y.id = ANY (free)
+                                FOR UPDATE SKIP LOCKED))
+        RETURNING c.id, c.callback_queue, c.callback->>'task' AS task, c.size, c.pending
+    )
+    SELECT (SELECT count(*) FROM d),
+           (SELECT string_agg(format('chord %s (callback %s on queue %s, %s of %s members left)',
+                                     f.id, quote_literal(f.task), quote_literal(f.callback_queue),
+                                     f.pending, f.size), '; ' ORDER BY f.id)
+            FROM (SELECT * FROM d ORDER BY d.id LIMIT 10) f)
+    INTO cnt, shown;
+    IF cnt > 0 THEN
+        RAISE NOTICE USING
+            MESSAGE = format('queue_pg sweep: removed %s chord(s) whose callback can never run: %s%s',
+                             cnt, shown, CASE WHEN cnt > 10 THEN '; ...' ELSE '' END),
+            DETAIL = 'a member''s message was gone before it succeeded (purged, expired, deleted, or its queue dropped)';
+    END IF;
+    RETURN cnt;
 END $$;
