@@ -49,14 +49,90 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE 1e6 * queue_pg._normal_tail((ln(lease) - mu) / sigma) END
 $$;
 
+-- The duplicate budget split across a queue's fitted types, optimally: the leases L_i that make
+-- the expected wait of hung work, sum w_i L_i, the least while the predicted duplicate rate,
+-- sum w_i P_i(L_i) / sum w_i, stays within the budget. w_i: type i's share of the deliveries
+-- (its samples; hangs are taken to fall on the types in proportion to their deliveries, as
+-- nothing tells them apart); P_i: the survival of the fit (mu_i, s_i = sigma x margin). Lagrange:
+-- at the optimum every lease not held by a bound has the same fitted density f_i(L_i) = d, so a
+-- type whose tail falls steeply (little risk bought by a second more) is cut short and gives its
+-- share of the budget to one whose tail is heavy. Given d the lease is closed-form (the upper
+-- root of ln f_i = ln d, f_i(L) = phi(z) / (s_i L), ln L = mu_i + s_i z); the total risk grows
+-- with d, so a bisection on ln d finds the d that spends the budget (water-filling), each lease
+-- held in [lo_i, hi_i] (a bound held is what the budget cannot move). One type: its quantile
+-- 1 - budget, the rule before the split. Out: per type (in the arrays' order) the lease before
+-- the bounds (quantile) and within them (lease). Where the bounds leave no split within the
+-- budget (a tune_max that holds a heavy tail short), each type takes its own quantile within
+-- its bounds, the rule before the split: holding the other types longer would buy next to no
+-- risk for a longer wait.
+CREATE OR REPLACE FUNCTION queue_pg._budget_split(budget double precision, w double precision[],
+    mu double precision[], s double precision[], lo double precision[], hi double precision[])
+RETURNS TABLE (i integer, quantile double precision, lease double precision)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    n integer := cardinality(w);
+    total double precision := 0;
+    a double precision := -200;  -- ln d: a density this low puts every lease past 19 sigma
+    b double precision := 50;    -- and this high every lease at its lower bound
+    mid double precision;
+    x double precision[];
+    q double precision[];
+BEGIN
+    IF n = 1 THEN
+        i := 1;
+        quantile := exp(mu[1] + queue_pg._normal_upper(budget) * s[1]);
+        lease := least(greatest(quantile, lo[1]), hi[1]);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    FOR k IN 1 .. n LOOP
+        total := total + w[k];
+    END LOOP;
+    SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(a, mu, s, lo, hi) l;
+    IF (SELECT sum(w[k] * queue_pg._normal_tail((ln(x[k]) - mu[k]) / s[k])) FROM generate_series(1, n) k)
+       > budget * total THEN  -- the bounds leave no split within the budget: each its own quantile
+        RETURN QUERY SELECT k, e.q, least(greatest(e.q, lo[k]), hi[k]) FROM generate_series(1, n) k,
+            LATERAL (SELECT exp(mu[k] + queue_pg._normal_upper(budget) * s[k]) AS q) e;
+        RETURN;
+    END IF;
+    FOR step IN 1 .. 80 LOOP  -- ln d to 250 / 2^80
+        mid := (a + b) / 2;
+        SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(mid, mu, s, lo, hi) l;
+        IF (SELECT sum(w[k] * queue_pg._normal_tail((ln(x[k]) - mu[k]) / s[k])) FROM generate_series(1, n) k)
+           <= budget * total THEN
+            a := mid;
+        ELSE
+            b := mid;
+        END IF;
+    END LOOP;
+    SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(a, mu, s, lo, hi) l;
+    RETURN QUERY SELECT k, q[k], x[k] FROM generate_series(1, n) k;
+END $$;
+
+-- The leases at density level ln d (see _budget_split): before the bounds (q) and within them (x).
+-- Where d is above all of a type's tail density the root degenerates to the mode (z = -s).
+CREATE OR REPLACE FUNCTION queue_pg._split_leases(ln_d double precision, mu double precision[],
+    s double precision[], lo double precision[], hi double precision[],
+    OUT q double precision[], OUT x double precision[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT array_agg(r.q ORDER BY k), array_agg(least(greatest(r.q, lo[k]), hi[k]) ORDER BY k)
+    FROM generate_series(1, cardinality(mu)) k,
+    LATERAL (SELECT s[k] * s[k] - 2 * (mu[k] + ln(s[k]) + 0.918938533204673 + ln_d) AS disc) e,
+    LATERAL (SELECT exp(mu[k] + s[k] * (-s[k] + sqrt(greatest(e.disc, 0)))) AS q) r
+$$;
+
 -- Per queue and type (scopes of _advice) of [since, until): the lease the queue's duplicate
--- budget calls for, with what it costs. fit 'lognormal': the quantile 1 - budget of the fit
--- widened by its margin, within [tune_min, least(tune_max, max_lease)], and never below the
--- longest run seen while the sample is too small to reach the quantile (samples x budget < 1:
--- a lease shorter than a run seen is then known too short); fit '6 x p99' (fewer than 100 samples, or no spread to fit): the advice's
--- recommended timeout. recovery_time: how long after its receive a hung or crashed run's
--- message is delivered again (the lease). rule_timeout and rule_duplicates_per_million: the
--- 6 x p99 rule's timeout and its predicted risk under the same fit, for comparison.
+-- budget calls for, with what it costs. fit 'lognormal': the queue's named types with a fit share
+-- the budget (_budget_split: the least expected wait of hung work at the budget's predicted
+-- duplicate rate); a lognormal group without a type, and the queue-wide row, take the quantile
+-- 1 - budget of their own fit. Either widened by the fit's margin, within [tune_min,
+-- least(tune_max, max_lease)], and never below the longest run seen while the sample is too
+-- small to reach the quantile (samples x budget < 1: a lease shorter than a run seen is then
+-- known too short). fit '6 x p99' (fewer than 100 samples, or no spread to fit): the advice's
+-- recommended timeout, outside the split. recovery_time: how long after its receive a hung or
+-- crashed run's message is delivered again (the lease). rule_timeout and
+-- rule_duplicates_per_million: the 6 x p99 rule's timeout and its predicted risk under the same
+-- fit, for comparison.
 CREATE OR REPLACE FUNCTION queue_pg._lease_advice(since timestamptz, until timestamptz, only_id integer)
 RETURNS TABLE (queue_id integer, queue text, scope text, type text, duplicate_budget double precision,
                samples bigint, confidence text, fit text, quantile double precision,
@@ -64,20 +140,40 @@ RETURNS TABLE (queue_id integer, queue text, scope text, type text, duplicate_bu
                recovery_time double precision, rule_timeout double precision,
                rule_duplicates_per_million double precision)
 LANGUAGE sql STABLE AS $$
-    SELECT a.queue_id, a.queue, a.scope, a.type, q.duplicate_budget, a.samples, a.confidence,
-           CASE WHEN f.mu IS NOT NULL THEN 'lognormal' WHEN a.recommended_timeout IS NOT NULL THEN '6 x p99' END,
-           x.quantile, l.lease, queue_pg._duplicates_per_million(l.lease, f.mu, f.sigma), l.lease,
-           a.recommended_timeout, queue_pg._duplicates_per_million(a.recommended_timeout, f.mu, f.sigma)
-    FROM queue_pg._advice(since, until, only_id) a
-    JOIN queue_pg.queues q ON q.id = a.queue_id
-    LEFT JOIN LATERAL queue_pg._tail_fit(a.p50, a.p95, a.p99, a.samples) f ON true
-    CROSS JOIN LATERAL (SELECT exp(f.mu + queue_pg._normal_upper(q.duplicate_budget) * f.sigma * f.margin)
-                        AS quantile) x
-    CROSS JOIN LATERAL (SELECT CASE WHEN f.mu IS NULL THEN a.recommended_timeout
-        ELSE least(greatest(ceil(1000 * CASE WHEN a.samples * q.duplicate_budget < 1
-                                             THEN greatest(x.quantile, a.max) ELSE x.quantile END) / 1000,
-                            q.tune_min),
-                   coalesce(q.tune_max, q.max_lease), q.max_lease) END AS lease) l
+    WITH g AS MATERIALIZED (
+        SELECT a.*, q.duplicate_budget AS budget, q.tune_min,
+               least(coalesce(q.tune_max, q.max_lease), q.max_lease) AS hi, f.mu, f.sigma,
+               f.sigma * f.margin AS s,
+               CASE WHEN a.samples * q.duplicate_budget < 1 THEN greatest(a.max, q.tune_min)
+                    ELSE q.tune_min END AS lo,
+               row_number() OVER (PARTITION BY a.queue_id ORDER BY a.scope, a.type) AS n
+        FROM queue_pg._advice(since, until, only_id) a
+        JOIN queue_pg.queues q ON q.id = a.queue_id
+        LEFT JOIN LATERAL queue_pg._tail_fit(a.p50, a.p95, a.p99, a.samples) f ON true
+    ),
+    shared AS (  -- the types that share the budget, per queue
+        SELECT g.queue_id, g.budget, array_agg(g.n ORDER BY g.n) AS ns,
+               array_agg(g.samples::float8 ORDER BY g.n) AS w, array_agg(g.mu ORDER BY g.n) AS mu,
+               array_agg(g.s ORDER BY g.n) AS s, array_agg(g.lo ORDER BY g.n) AS lo,
+               array_agg(g.hi ORDER BY g.n) AS hi
+        FROM g WHERE g.mu IS NOT NULL AND g.scope = 'type' AND g.type IS NOT NULL
+        GROUP BY g.queue_id, g.budget
+    ),
+    split AS (
+        SELECT sh.queue_id, sh.ns[b.i] AS n, b.quantile, b.lease
+        FROM shared sh, LATERAL queue_pg._budget_split(sh.budget, sh.w, sh.mu, sh.s, sh.lo, sh.hi) b
+    )
+    SELECT g.queue_id, g.queue, g.scope, g.type, g.budget, g.samples, g.confidence,
+           CASE WHEN g.mu IS NOT NULL THEN 'lognormal' WHEN g.recommended_timeout IS NOT NULL THEN '6 x p99' END,
+           x.quantile, l.lease, queue_pg._duplicates_per_million(l.lease, g.mu, g.sigma), l.lease,
+           g.recommended_timeout, queue_pg._duplicates_per_million(g.recommended_timeout, g.mu, g.sigma)
+    FROM g
+    LEFT JOIN split sp ON sp.queue_id = g.queue_id AND sp.n = g.n
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sp.quantile, exp(g.mu + queue_pg._normal_upper(g.budget) * g.s)) AS quantile) x
+    CROSS JOIN LATERAL (SELECT CASE WHEN g.mu IS NULL THEN g.recommended_timeout
+        ELSE least(greatest(ceil(1000 * coalesce(sp.lease, least(greatest(x.quantile, g.lo), g.hi))) / 1000,
+                            g.tune_min), g.hi) END AS lease) l
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.lease_advice(since timestamptz, until timestamptz)
