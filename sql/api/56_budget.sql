@@ -75,8 +75,6 @@ DECLARE
     a double precision := -200;  -- ln d: a density this low puts every lease past 19 sigma
     b double precision := 50;    -- and this high every lease at its lower bound
     mid double precision;
-    x double precision[];
-    q double precision[];
 BEGIN
     IF n = 1 THEN
         i := 1;
@@ -88,38 +86,47 @@ BEGIN
     FOR k IN 1 .. n LOOP
         total := total + w[k];
     END LOOP;
-    SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(a, mu, s, lo, hi) l;
-    IF (SELECT sum(w[k] * queue_pg._normal_tail((ln(x[k]) - mu[k]) / s[k])) FROM generate_series(1, n) k)
-       > budget * total THEN  -- the bounds leave no split within the budget: each its own quantile
+    IF queue_pg._split_risk(a, w, mu, s, lo, hi) > budget * total THEN
+        -- the bounds leave no split within the budget: each type its own quantile
         RETURN QUERY SELECT k, e.q, least(greatest(e.q, lo[k]), hi[k]) FROM generate_series(1, n) k,
             LATERAL (SELECT exp(mu[k] + queue_pg._normal_upper(budget) * s[k]) AS q) e;
         RETURN;
     END IF;
-    FOR step IN 1 .. 80 LOOP  -- ln d to 250 / 2^80
+    FOR step IN 1 .. 60 LOOP  -- ln d to 250 / 2^60
         mid := (a + b) / 2;
-        SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(mid, mu, s, lo, hi) l;
-        IF (SELECT sum(w[k] * queue_pg._normal_tail((ln(x[k]) - mu[k]) / s[k])) FROM generate_series(1, n) k)
-           <= budget * total THEN
+        IF queue_pg._split_risk(mid, w, mu, s, lo, hi) <= budget * total THEN
             a := mid;
         ELSE
             b := mid;
         END IF;
     END LOOP;
-    SELECT l.q, l.x INTO q, x FROM queue_pg._split_leases(a, mu, s, lo, hi) l;
-    RETURN QUERY SELECT k, q[k], x[k] FROM generate_series(1, n) k;
+    RETURN QUERY SELECT k, e.q, least(greatest(e.q, lo[k]), hi[k]) FROM generate_series(1, n) k,
+        LATERAL (SELECT queue_pg._split_lease(a, mu[k], s[k]) AS q) e;
 END $$;
 
--- The leases at density level ln d (see _budget_split): before the bounds (q) and within them (x).
--- Where d is above all of a type's tail density the root degenerates to the mode (z = -s).
-CREATE OR REPLACE FUNCTION queue_pg._split_leases(ln_d double precision, mu double precision[],
-    s double precision[], lo double precision[], hi double precision[],
-    OUT q double precision[], OUT x double precision[])
+-- The lease of a type of fit (mu, s) at density level ln d (see _budget_split), before its
+-- bounds: the upper root of ln f(L) = ln d. Where d is above all of the type's density the root
+-- degenerates to the mode (z = -s), and its lower bound takes over.
+CREATE OR REPLACE FUNCTION queue_pg._split_lease(ln_d double precision, mu double precision,
+                                                 s double precision) RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT array_agg(r.q ORDER BY k), array_agg(least(greatest(r.q, lo[k]), hi[k]) ORDER BY k)
-    FROM generate_series(1, cardinality(mu)) k,
-    LATERAL (SELECT s[k] * s[k] - 2 * (mu[k] + ln(s[k]) + 0.918938533204673 + ln_d) AS disc) e,
-    LATERAL (SELECT exp(mu[k] + s[k] * (-s[k] + sqrt(greatest(e.disc, 0)))) AS q) r
+    SELECT exp(mu + s * (-s + sqrt(greatest(s * s - 2 * (mu + ln(s) + 0.918938533204673 + ln_d), 0))))
 $$;
+
+-- sum w_i P_i(L_i) at density level ln d, each lease within its bounds (see _budget_split).
+CREATE OR REPLACE FUNCTION queue_pg._split_risk(ln_d double precision, w double precision[],
+    mu double precision[], s double precision[], lo double precision[], hi double precision[])
+RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    r double precision := 0;
+BEGIN
+    FOR k IN 1 .. cardinality(w) LOOP
+        r := r + w[k] * queue_pg._normal_tail(
+            (ln(least(greatest(queue_pg._split_lease(ln_d, mu[k], s[k]), lo[k]), hi[k])) - mu[k]) / s[k]);
+    END LOOP;
+    RETURN r;
+END $$;
 
 -- Per queue and type (scopes of _advice) of [since, until): the lease the queue's duplicate
 -- budget calls for, with what it costs. fit 'lognormal': the queue's named types with a fit share
