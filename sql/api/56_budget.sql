@@ -54,9 +54,10 @@ $$;
 -- sum w_i P_i(L_i) / sum w_i, stays within the budget. w_i: type i's share of the deliveries
 -- (its samples; hangs are taken to fall on the types in proportion to their deliveries, as
 -- nothing tells them apart); P_i: the survival of the fit (mu_i, s_i = sigma x margin). Lagrange:
--- at the optimum every lease not held by a bound has the same fitted density f_i(L_i) = d, so a
--- type whose tail falls steeply (little risk bought by a second more) is cut short and gives its
--- share of the budget to one whose tail is heavy. Given d the lease is closed-form (the upper
+-- at the optimum every lease not held by a bound has the same fitted density f_i(L_i) = d: a
+-- type whose tail falls steeply (a second more buys much risk) is covered further than its own
+-- quantile, cheaply, and leaves budget to a type with a long tail (a second buys little), whose
+-- lease is then shorter than its own quantile. Given d the lease is closed-form (the upper
 -- root of ln f_i = ln d, f_i(L) = phi(z) / (s_i L), ln L = mu_i + s_i z); the total risk grows
 -- with d, so a bisection on ln d finds the d that spends the budget (water-filling), each lease
 -- held in [lo_i, hi_i] (a bound held is what the budget cannot move). One type: its quantile
@@ -205,11 +206,11 @@ SELECT a.* FROM (SELECT queue_pg.now() AS t) n,
 
 -- Hung work. A heartbeating consumer keeps its lease up to max_lease (12 hours by default), a
 -- hung run with it. On a 'per_type' queue a run of a type with a lease (queue_pg.type_leases:
--- the budget's quantile, or 6 x p99) is stuck once it has run _hung_factors().stuck times that
+-- the budget's lease, or 6 x p99) is stuck once it has run _hung_factors().stuck times that
 -- lease (stuck_jobs shows it), and past _hung_factors().stop times it a heartbeat that would
 -- extend its lease is refused (LeaseLimitExceeded, as past max_lease: the worker logs a
 -- warning, cancels the job and stops beating) so that the message is delivered again when the
--- lease it has lapses. At a budget of 1e-6 a live run past twice its type's quantile is far
+-- lease it has lapses. At a budget of 1e-6 a live run past twice its type's lease is far
 -- rarer than one in a million; four times is the point where waiting costs more than a retry.
 CREATE OR REPLACE FUNCTION queue_pg._hung_factors(OUT stuck double precision, OUT stop double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2::float8, 4::float8 $$;
