@@ -861,16 +861,31 @@ def run_timed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _by_type(rows: list[dict[str, Any]]) -> str:
-    """Mean failure-to-redelivery per type of the failed message, the seeds pooled."""
+def _pooled_by_type(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Type of the failed message -> (failures, mean failure-to-redelivery), the seeds pooled."""
     pooled: dict[str, list[float]] = {}  #: type -> [count, sum]
     for r in rows:
         for key, g in r["recovery_by"].items():
             acc = pooled.setdefault(key.split("/")[0], [0.0, 0.0])
             acc[0] += g["crashes"]
             acc[1] += g["crashes"] * g["mean_s"]
-    return ", ".join(f"{t} {total / n:.2f} ({n:.0f})" for t, (n, total) in sorted(pooled.items())
-                     if n) or "-"
+    return {t: (n, total / n) for t, (n, total) in sorted(pooled.items()) if n}
+
+
+def _by_type(rows: list[dict[str, Any]]) -> str:
+    """Mean failure-to-redelivery per type of the failed message, the seeds pooled."""
+    return ", ".join(f"{t} {mean:.2f} ({n:.0f})"
+                     for t, (n, mean) in _pooled_by_type(rows).items()) or "-"
+
+
+def _share_weighted(rows: list[dict[str, Any]], shares: dict[str, float]) -> float | None:
+    """The per-type means weighted by the mix's shares of the types instead of by how many
+    failures happened to fall on each: the expected recovery of a failure that picks its type
+    as the work does (a few dozen failures a run split 56/44 would otherwise tilt the mean)."""
+    pooled = _pooled_by_type(rows)
+    if not pooled or set(shares) - set(pooled):
+        return None
+    return sum(share * pooled[t][1] for t, share in shares.items())
 
 
 def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
@@ -887,17 +902,20 @@ def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
         leases = sorted({r["timeouts"] for r in rs})
         dpm = [r["predicted_duplicates_per_million"] for r in rs
                if r["predicted_duplicates_per_million"] is not None]
+        shares = _timed_workload(mix, args, backlog, failure, 1).shares()
         table.append([mix, "-" if backlog is None else backlog, failure, setup,
                       " / ".join(leases), f"{max(dpm):.3g}" if dpm else "-", len(rs),
                       finished, dups, f"{1000 * dups / finished:.2f}" if finished else "-",
                       f"{100 * sum(r['wasted_s'] for r in rs) / work:.2f} %" if work else "-",
                       sum(r["crashes"] for r in rs), sum(r["unrecovered"] for r in rs),
                       _fmt(statistics.fmean(rec) if rec else None),
-                      _fmt(_p99(rec) if rec else None), _by_type(rs)])
+                      _fmt(_p99(rec) if rec else None), _fmt(_share_weighted(rs, shares)),
+                      _by_type(rs)])
     body = markdown_table(
         ["mix", "backlog", "failure", "set-up", "lease(s)", "predicted dup / million", "seeds",
          "finished", "duplicates", "dup / 1,000", "wasted work", "failed", "not back",
-         "recovery mean s", "p99 s", "mean s by type"], table, "lrllllrrrrrrrrrl")
+         "recovery mean s", "p99 s", "mean s, types weighted by the mix", "mean s by type"],
+        table, "lrllllrrrrrrrrrrl")
     return (f"# Visibility timeout set-ups at equal duplicate risk (timed runs)\n\n"
             f"`{getattr(args, 'command_line', 'python -m bench tuning')}`\n\n"
             f"{machine_line(machine)}\n\n"
@@ -905,6 +923,7 @@ def _timed_markdown(args: argparse.Namespace, rows: list[dict[str, Any]],
             f" for the failed work to come back), {args.consumers} consumers,"
             f" {args.fail_share:.0%} of deliveries fail part way; a hang leaves the consumer's"
             f" session alive (only the lease ends it), a crash ends it (a reap ends its leases);"
-            f" seeds pooled. Recovery: seconds from the failure to the message's next delivery."
+            f" seeds pooled. Recovery: seconds from the failure to the message's next delivery;"
+            f" types weighted by the mix: each type's mean weighted by its share of the work."
             f" Wasted work: seconds of finished runs whose delete was refused (their lease had"
             f" lapsed), as a share of all the work.\n\n{body}\n")

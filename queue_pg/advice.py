@@ -265,9 +265,10 @@ class TimeoutAdvice:
 @dataclass(frozen=True)
 class LeaseAdvice:
     """A row of ``queue_pg.lease_advice``: the lease a queue's duplicate budget calls for, per
-    queue and type. ``fit`` 'lognormal' (at least 100 samples: the quantile 1 - budget of a
-    lognormal fitted to the upper part, widened when samples are few, within the tuning
-    bounds) or '6 x p99' (thin history: the rule); the expected duplicates per million
+    queue and type. ``fit`` 'lognormal' (at least 100 samples: a lognormal fitted to the upper
+    part, widened when samples are few; the queue's named types share the budget so that hung
+    work waits the least on average, a lone type takes the quantile 1 - budget; within the
+    tuning bounds) or '6 x p99' (thin history: the rule); the expected duplicates per million
     deliveries at ``lease`` and at the rule's timeout, and the recovery time of hung work
     (docs/timeouts.md, "Leases from a duplicate budget")."""
 

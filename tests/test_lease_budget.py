@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import statistics
 import threading
 import time
 from typing import Any
@@ -84,6 +85,109 @@ def test_the_budget_is_checked_and_bounded_by_the_tuning_bounds(
     client.alter_tuning("b", tune_min=100, clear=["tune_max"])
     [w] = [r for r in client.lease_advice("b") if r.type == "w"]
     assert w.lease == 100
+
+
+# --- the budget split across types --------------------------------------------------------------
+
+
+def _fits(client: queue_pg.Client, queue: str) -> dict[str, tuple[float, float, float]]:
+    """Each type's fit as docs/timeouts.md states it, from the advice's percentiles: (share of
+    the fitted types' samples, mu, sigma x margin)."""
+    rows = [r for r in client.timeout_advice(queue) if r.scope == "type" and r.type is not None]
+    total = sum(r.samples for r in rows)
+    out = {}
+    for r in rows:
+        assert r.p50 and r.p95 and r.p99
+        sigma = max(math.log(r.p99 / r.p50) / 2.326348, math.log(r.p95 / r.p50) / 1.644854)
+        out[r.type or ""] = (r.samples / total, math.log(r.p50),
+                             sigma * (1 + 1 / math.sqrt(0.05 * r.samples)))
+    return out
+
+
+def _tail(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def test_the_budget_is_split_to_spend_it_where_a_second_buys_least_risk(
+    client: queue_pg.Client, conn: Conn
+) -> None:
+    """Two types of the same median, one with a steep tail (sigma 0.3) and one with a heavy one
+    (sigma 0.8), half the work each. The split leaves the heavy type the longer lease, but gives
+    it more of the budget than the other (its tail is dear to cover: a second of lease buys
+    little risk) and covers the steep type further into its tail (cheap): at the optimum both
+    fitted densities at the leases are equal, the fits' predicted rate is the budget, and the
+    expected wait of hung work is below the equal split's (each type its own quantile)."""
+    client.create_queue("two", visibility_timeout=30, max_lease=3600)
+    mu = math.log(2.0)
+    add_history(conn, "two", lognormal(20000, mu, 0.3, seed=11), type="steep")
+    add_history(conn, "two", lognormal(20000, mu, 0.8, seed=12), type="heavy")
+    rows = {r.type: r for r in client.lease_advice("two") if r.scope == "type"}
+    fits = _fits(client, "two")
+    lease = {t: rows[t].lease or 0.0 for t in fits}
+    own = {t: math.exp(m + Z_1E6 * s) for t, (_, m, s) in fits.items()}  # the equal split
+    assert lease["heavy"] > 5 * lease["steep"]
+    assert lease["steep"] > 1.1 * own["steep"] and lease["heavy"] < 0.95 * own["heavy"], (lease, own)
+    risk = {t: _tail((math.log(lease[t]) - m) / s) for t, (_, m, s) in fits.items()}
+    assert risk["heavy"] > 10 * risk["steep"]
+    total = sum(fits[t][0] * risk[t] for t in fits)
+    assert 0.99e-6 <= total <= 1e-6, total  # the budget, spent (the leases' ms rounding: less)
+    density = {t: math.exp(-((math.log(lease[t]) - m) / s) ** 2 / 2) / (s * lease[t])
+               for t, (_, m, s) in fits.items()}
+    assert density["steep"] == pytest.approx(density["heavy"], rel=0.02), density
+    assert sum(lease.values()) < 0.95 * sum(own.values())
+    # the distributions themselves: within the budget too (the margins make the fits wider)
+    true = 0.5 * _tail((math.log(lease["steep"]) - mu) / 0.3) + 0.5 * _tail(
+        (math.log(lease["heavy"]) - mu) / 0.8)
+    assert true <= 1e-6
+    # the queue-wide row is not split: the quantile of its own fit
+    [whole] = [r for r in client.lease_advice("two") if r.scope == "queue"]
+    assert whole.lease is not None and whole.quantile is not None
+    assert whole.lease == pytest.approx(math.ceil(1000 * whole.quantile) / 1000)
+    # per-type leases are the split's
+    client.alter_tuning("two", lease_policy="per_type")
+    got = dict(conn.execute(
+        "SELECT type, lease FROM queue_pg.type_leases l JOIN queue_pg.queues q ON q.id = l.queue_id"
+        " WHERE q.name = 'two'").fetchall())
+    assert got == pytest.approx(lease)
+    # a bound that holds the heavy type shorter than its share: the steep type gives up risk
+    # for it (a longer lease), within the budget, while the budget can still be met
+    w, m, s = fits["heavy"]
+    limit = math.exp(m + s * statistics.NormalDist().inv_cdf(1 - 1e-6 / w))  # all of it: heavy
+    assert limit < lease["heavy"]
+    client.alter_tuning("two", tune_max=round((limit + lease["heavy"]) / 2, 3))
+    held = {r.type: r.lease or 0.0 for r in client.lease_advice("two") if r.scope == "type"}
+    assert held["heavy"] == round((limit + lease["heavy"]) / 2, 3)
+    assert held["steep"] > lease["steep"], (held, lease)
+    assert sum(fits[t][0] * _tail((math.log(held[t]) - m) / s)
+               for t, (_, m, s) in fits.items()) <= 1e-6
+    # past what the budget allows: each type its own quantile (the rule before the split)
+    client.alter_tuning("two", tune_max=math.floor(limit) - 1)
+    held = {r.type: r.lease or 0.0 for r in client.lease_advice("two") if r.scope == "type"}
+    assert held == {"heavy": math.floor(limit) - 1,
+                    "steep": pytest.approx(math.ceil(1000 * own["steep"]) / 1000, rel=1e-3)}
+
+
+def test_one_type_keeps_the_quantile_of_the_budget(client: queue_pg.Client, conn: Conn) -> None:
+    """A queue with one fitted type: the split is the rule before it, the quantile 1 - budget
+    of the type's fit (the same as the queue-wide row's); types on thin history stay outside."""
+    client.create_queue("one", visibility_timeout=30, max_lease=3600)
+    add_history(conn, "one", lognormal(5000, math.log(0.5), 0.6, seed=21), type="only")
+    add_history(conn, "one", [0.2] * 40, type="thin")  # 6 x p99: not in the split
+    rows = {r.type: r for r in client.lease_advice("one") if r.scope == "type"}
+    [adv] = [r for r in client.timeout_advice("one") if r.type == "only"]
+    assert adv.p50 and adv.p95 and adv.p99
+    sigma = max(math.log(adv.p99 / adv.p50) / 2.326348, math.log(adv.p95 / adv.p50) / 1.644854)
+    s = sigma * (1 + 1 / math.sqrt(0.05 * adv.samples))
+    only = rows["only"]
+    assert only.fit == "lognormal" and only.quantile is not None and only.lease is not None
+    assert only.quantile == pytest.approx(math.exp(math.log(adv.p50) + Z_1E6 * s), rel=1e-3)
+    assert only.lease == math.ceil(1000 * only.quantile) / 1000
+    assert rows["thin"].fit == "6 x p99" and rows["thin"].lease == 2
+    # the same type alone on a queue: its row and the queue-wide row are the same fit
+    client.create_queue("solo", visibility_timeout=30, max_lease=3600)
+    add_history(conn, "solo", lognormal(5000, math.log(0.5), 0.6, seed=21), type="only")
+    whole = {r.scope: r for r in client.lease_advice("solo")}
+    assert whole["type"].lease == whole["queue"].lease == only.lease
 
 
 # --- the tuner: no dead band trap ---------------------------------------------------------------

@@ -49,14 +49,98 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE 1e6 * queue_pg._normal_tail((ln(lease) - mu) / sigma) END
 $$;
 
+-- The duplicate budget split across a queue's fitted types, optimally: the leases L_i that make
+-- the expected wait of hung work, sum w_i L_i, the least while the predicted duplicate rate,
+-- sum w_i P_i(L_i) / sum w_i, stays within the budget. w_i: type i's share of the deliveries
+-- (its samples; hangs are taken to fall on the types in proportion to their deliveries, as
+-- nothing tells them apart); P_i: the survival of the fit (mu_i, s_i = sigma x margin). Lagrange:
+-- at the optimum every lease not held by a bound has the same fitted density f_i(L_i) = d: a
+-- type whose tail falls steeply (a second more buys much risk) is covered further than its own
+-- quantile, cheaply, and leaves budget to a type with a long tail (a second buys little), whose
+-- lease is then shorter than its own quantile. Given d the lease is closed-form (the upper
+-- root of ln f_i = ln d, f_i(L) = phi(z) / (s_i L), ln L = mu_i + s_i z); the total risk grows
+-- with d, so a bisection on ln d finds the d that spends the budget (water-filling), each lease
+-- held in [lo_i, hi_i] (a bound held is what the budget cannot move). One type: its quantile
+-- 1 - budget, the rule before the split. Out: per type (in the arrays' order) the lease before
+-- the bounds (quantile) and within them (lease). Where the bounds leave no split within the
+-- budget (a tune_max that holds a heavy tail short), each type takes its own quantile within
+-- its bounds, the rule before the split: holding the other types longer would buy next to no
+-- risk for a longer wait.
+CREATE OR REPLACE FUNCTION queue_pg._budget_split(budget double precision, w double precision[],
+    mu double precision[], s double precision[], lo double precision[], hi double precision[])
+RETURNS TABLE (i integer, quantile double precision, lease double precision)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    n integer := cardinality(w);
+    total double precision := 0;
+    a double precision := -200;  -- ln d: a density this low puts every lease past 19 sigma
+    b double precision := 50;    -- and this high every lease at its lower bound
+    mid double precision;
+BEGIN
+    IF n = 1 THEN
+        i := 1;
+        quantile := exp(mu[1] + queue_pg._normal_upper(budget) * s[1]);
+        lease := least(greatest(quantile, lo[1]), hi[1]);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    FOR k IN 1 .. n LOOP
+        total := total + w[k];
+    END LOOP;
+    IF queue_pg._split_risk(a, w, mu, s, lo, hi) > budget * total THEN
+        -- the bounds leave no split within the budget: each type its own quantile
+        RETURN QUERY SELECT k, e.q, least(greatest(e.q, lo[k]), hi[k]) FROM generate_series(1, n) k,
+            LATERAL (SELECT exp(mu[k] + queue_pg._normal_upper(budget) * s[k]) AS q) e;
+        RETURN;
+    END IF;
+    FOR step IN 1 .. 60 LOOP  -- ln d to 250 / 2^60
+        mid := (a + b) / 2;
+        IF queue_pg._split_risk(mid, w, mu, s, lo, hi) <= budget * total THEN
+            a := mid;
+        ELSE
+            b := mid;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT k, e.q, least(greatest(e.q, lo[k]), hi[k]) FROM generate_series(1, n) k,
+        LATERAL (SELECT queue_pg._split_lease(a, mu[k], s[k]) AS q) e;
+END $$;
+
+-- The lease of a type of fit (mu, s) at density level ln d (see _budget_split), before its
+-- bounds: the upper root of ln f(L) = ln d. Where d is above all of the type's density the root
+-- degenerates to the mode (z = -s), and its lower bound takes over.
+CREATE OR REPLACE FUNCTION queue_pg._split_lease(ln_d double precision, mu double precision,
+                                                 s double precision) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT exp(mu + s * (-s + sqrt(greatest(s * s - 2 * (mu + ln(s) + 0.918938533204673 + ln_d), 0))))
+$$;
+
+-- sum w_i P_i(L_i) at density level ln d, each lease within its bounds (see _budget_split).
+CREATE OR REPLACE FUNCTION queue_pg._split_risk(ln_d double precision, w double precision[],
+    mu double precision[], s double precision[], lo double precision[], hi double precision[])
+RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    r double precision := 0;
+BEGIN
+    FOR k IN 1 .. cardinality(w) LOOP
+        r := r + w[k] * queue_pg._normal_tail(
+            (ln(least(greatest(queue_pg._split_lease(ln_d, mu[k], s[k]), lo[k]), hi[k])) - mu[k]) / s[k]);
+    END LOOP;
+    RETURN r;
+END $$;
+
 -- Per queue and type (scopes of _advice) of [since, until): the lease the queue's duplicate
--- budget calls for, with what it costs. fit 'lognormal': the quantile 1 - budget of the fit
--- widened by its margin, within [tune_min, least(tune_max, max_lease)], and never below the
--- longest run seen while the sample is too small to reach the quantile (samples x budget < 1:
--- a lease shorter than a run seen is then known too short); fit '6 x p99' (fewer than 100 samples, or no spread to fit): the advice's
--- recommended timeout. recovery_time: how long after its receive a hung or crashed run's
--- message is delivered again (the lease). rule_timeout and rule_duplicates_per_million: the
--- 6 x p99 rule's timeout and its predicted risk under the same fit, for comparison.
+-- budget calls for, with what it costs. fit 'lognormal': the queue's named types with a fit share
+-- the budget (_budget_split: the least expected wait of hung work at the budget's predicted
+-- duplicate rate); a lognormal group without a type, and the queue-wide row, take the quantile
+-- 1 - budget of their own fit. Either widened by the fit's margin, within [tune_min,
+-- least(tune_max, max_lease)], and never below the longest run seen while the sample is too
+-- small to reach the quantile (samples x budget < 1: a lease shorter than a run seen is then
+-- known too short). fit '6 x p99' (fewer than 100 samples, or no spread to fit): the advice's
+-- recommended timeout, outside the split. recovery_time: how long after its receive a hung or
+-- crashed run's message is delivered again (the lease). rule_timeout and
+-- rule_duplicates_per_million: the 6 x p99 rule's timeout and its predicted risk under the same
+-- fit, for comparison.
 CREATE OR REPLACE FUNCTION queue_pg._lease_advice(since timestamptz, until timestamptz, only_id integer)
 RETURNS TABLE (queue_id integer, queue text, scope text, type text, duplicate_budget double precision,
                samples bigint, confidence text, fit text, quantile double precision,
@@ -64,20 +148,40 @@ RETURNS TABLE (queue_id integer, queue text, scope text, type text, duplicate_bu
                recovery_time double precision, rule_timeout double precision,
                rule_duplicates_per_million double precision)
 LANGUAGE sql STABLE AS $$
-    SELECT a.queue_id, a.queue, a.scope, a.type, q.duplicate_budget, a.samples, a.confidence,
-           CASE WHEN f.mu IS NOT NULL THEN 'lognormal' WHEN a.recommended_timeout IS NOT NULL THEN '6 x p99' END,
-           x.quantile, l.lease, queue_pg._duplicates_per_million(l.lease, f.mu, f.sigma), l.lease,
-           a.recommended_timeout, queue_pg._duplicates_per_million(a.recommended_timeout, f.mu, f.sigma)
-    FROM queue_pg._advice(since, until, only_id) a
-    JOIN queue_pg.queues q ON q.id = a.queue_id
-    LEFT JOIN LATERAL queue_pg._tail_fit(a.p50, a.p95, a.p99, a.samples) f ON true
-    CROSS JOIN LATERAL (SELECT exp(f.mu + queue_pg._normal_upper(q.duplicate_budget) * f.sigma * f.margin)
-                        AS quantile) x
-    CROSS JOIN LATERAL (SELECT CASE WHEN f.mu IS NULL THEN a.recommended_timeout
-        ELSE least(greatest(ceil(1000 * CASE WHEN a.samples * q.duplicate_budget < 1
-                                             THEN greatest(x.quantile, a.max) ELSE x.quantile END) / 1000,
-                            q.tune_min),
-                   coalesce(q.tune_max, q.max_lease), q.max_lease) END AS lease) l
+    WITH g AS MATERIALIZED (
+        SELECT a.*, q.duplicate_budget AS budget, q.tune_min,
+               least(coalesce(q.tune_max, q.max_lease), q.max_lease) AS hi, f.mu, f.sigma,
+               f.sigma * f.margin AS s,
+               CASE WHEN a.samples * q.duplicate_budget < 1 THEN greatest(a.max, q.tune_min)
+                    ELSE q.tune_min END AS lo,
+               row_number() OVER (PARTITION BY a.queue_id ORDER BY a.scope, a.type) AS n
+        FROM queue_pg._advice(since, until, only_id) a
+        JOIN queue_pg.queues q ON q.id = a.queue_id
+        LEFT JOIN LATERAL queue_pg._tail_fit(a.p50, a.p95, a.p99, a.samples) f ON true
+    ),
+    shared AS (  -- the types that share the budget, per queue
+        SELECT g.queue_id, g.budget, array_agg(g.n ORDER BY g.n) AS ns,
+               array_agg(g.samples::float8 ORDER BY g.n) AS w, array_agg(g.mu ORDER BY g.n) AS mu,
+               array_agg(g.s ORDER BY g.n) AS s, array_agg(g.lo ORDER BY g.n) AS lo,
+               array_agg(g.hi ORDER BY g.n) AS hi
+        FROM g WHERE g.mu IS NOT NULL AND g.scope = 'type' AND g.type IS NOT NULL
+        GROUP BY g.queue_id, g.budget
+    ),
+    split AS (
+        SELECT sh.queue_id, sh.ns[b.i] AS n, b.quantile, b.lease
+        FROM shared sh, LATERAL queue_pg._budget_split(sh.budget, sh.w, sh.mu, sh.s, sh.lo, sh.hi) b
+    )
+    SELECT g.queue_id, g.queue, g.scope, g.type, g.budget, g.samples, g.confidence,
+           CASE WHEN g.mu IS NOT NULL THEN 'lognormal' WHEN g.recommended_timeout IS NOT NULL THEN '6 x p99' END,
+           x.quantile, l.lease, queue_pg._duplicates_per_million(l.lease, g.mu, g.sigma), l.lease,
+           g.recommended_timeout, queue_pg._duplicates_per_million(g.recommended_timeout, g.mu, g.sigma)
+    FROM g
+    LEFT JOIN split sp ON sp.queue_id = g.queue_id AND sp.n = g.n
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sp.quantile, exp(g.mu + queue_pg._normal_upper(g.budget) * g.s)) AS quantile) x
+    CROSS JOIN LATERAL (SELECT CASE WHEN g.mu IS NULL THEN g.recommended_timeout
+        ELSE least(greatest(ceil(1000 * coalesce(sp.lease, least(greatest(x.quantile, g.lo), g.hi))) / 1000,
+                            g.tune_min), g.hi) END AS lease) l
 $$;
 
 CREATE OR REPLACE FUNCTION queue_pg.lease_advice(since timestamptz, until timestamptz)
@@ -102,11 +206,11 @@ SELECT a.* FROM (SELECT queue_pg.now() AS t) n,
 
 -- Hung work. A heartbeating consumer keeps its lease up to max_lease (12 hours by default), a
 -- hung run with it. On a 'per_type' queue a run of a type with a lease (queue_pg.type_leases:
--- the budget's quantile, or 6 x p99) is stuck once it has run _hung_factors().stuck times that
+-- the budget's lease, or 6 x p99) is stuck once it has run _hung_factors().stuck times that
 -- lease (stuck_jobs shows it), and past _hung_factors().stop times it a heartbeat that would
 -- extend its lease is refused (LeaseLimitExceeded, as past max_lease: the worker logs a
 -- warning, cancels the job and stops beating) so that the message is delivered again when the
--- lease it has lapses. At a budget of 1e-6 a live run past twice its type's quantile is far
+-- lease it has lapses. At a budget of 1e-6 a live run past twice its type's lease is far
 -- rarer than one in a million; four times is the point where waiting costs more than a retry.
 CREATE OR REPLACE FUNCTION queue_pg._hung_factors(OUT stuck double precision, OUT stop double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2::float8, 4::float8 $$;
