@@ -19,6 +19,7 @@ from bench import (
     azure_suite,
     client_cpu,
     cycle,
+    cycle_cpu,
     failover,
     fifo,
     latency,
@@ -40,6 +41,7 @@ from bench.report import DEFAULT_OUT, command_line
 SCENARIOS: tuple[Scenario, ...] = (
     send.SCENARIO,
     cycle.SCENARIO,
+    cycle_cpu.SCENARIO,
     latency.SCENARIO,
     worker.SCENARIO,
     worker_cpu.SCENARIO,
