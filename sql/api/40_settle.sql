@@ -117,7 +117,9 @@ BEGIN
     -- position only when an entry deleted nothing, to say why.
     -- The queue's sampled types (_history), read once here: per deleted row, a lookup
     -- in history_sampling was three index probes (the plan repeats the lateral expression).
-    SELECT (SELECT count(DISTINCT x) < count(x) OR count(*) FILTER (WHERE x IS NULL) > 1
+    -- The duplicate test sorts bytes (COLLATE "C": the same equality as any database's
+    -- collation, without its comparison cost: 48 µs for 100 receipts under ICU en-US, 20 in C).
+    SELECT (SELECT count(DISTINCT x COLLATE "C") < count(x) OR count(*) FILTER (WHERE x IS NULL) > 1
             FROM unnest(receipts) x),
            (SELECT jsonb_object_agg(s.type, s.every) FROM queue_pg.history_sampling s
             WHERE s.queue_id = q.id AND q.history),
