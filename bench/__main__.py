@@ -20,6 +20,7 @@ from bench import (
     azure_suite,
     client_cpu,
     cycle,
+    cycle_cpu,
     failover,
     fifo,
     latency,
@@ -41,6 +42,7 @@ from bench.report import DEFAULT_OUT, command_line
 SCENARIOS: tuple[Scenario, ...] = (
     send.SCENARIO,
     cycle.SCENARIO,
+    cycle_cpu.SCENARIO,
     latency.SCENARIO,
     worker.SCENARIO,
     worker_cpu.SCENARIO,

@@ -136,6 +136,25 @@ def test_peer_sends_and_cycles(system: str, server_dsn: str) -> None:
             assert r.get("received") == 10, r
 
 
+def test_cycle_cpu_measures_every_idiom_in_turns(server_dsn: str, tmp_path: Path) -> None:
+    """The server-CPU scenario measures both idioms (and PGMQ when installed), each round a
+    figure, from the backend's /proc time; the A/B baseline is measured beside them."""
+    with db.scratch_database(server_dsn, _db_name()) as baseline:
+        db.install(baseline)
+        rc = main(["cycle-cpu", "--dsn", server_dsn, "--database", _db_name(), "--out",
+                   str(tmp_path), "--quiet", "--rounds", "2", "--cycles", "3", "--batches", "10",
+                   "--baseline", baseline])
+    assert rc == 0
+    r = _load(tmp_path / "cycle_cpu.json")
+    [row] = r["results"]
+    expected = {"plain", "combined", "baseline plain", "baseline combined"}
+    if importlib.util.find_spec("pgmq") is not None:
+        expected.add("PGMQ")
+    assert set(row["cpu_us"]) == expected
+    assert all(len(v) == 2 and all(x > 0 for x in v) for v in row["rounds"].values())
+    assert "Reproduce:" in (tmp_path / "cycle_cpu.md").read_text(encoding="utf-8")
+
+
 def test_tuning_quick_runs_every_message_to_the_end(server_dsn: str, tmp_path: Path) -> None:
     status = main(["tuning", "--dsn", server_dsn, "--quick", "--quiet", "--out", str(tmp_path),
                    "--database", _db_name()])

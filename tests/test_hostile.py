@@ -247,6 +247,27 @@ def test_malformed_forged_and_foreign_receipts(
     assert snapshot(conn) == before
 
 
+def test_a_receipt_the_clients_encoding_cannot_show_is_only_invalid(
+    conn: psycopg.Connection, world: dict[str, str]
+) -> None:
+    """A receipt is checked as text (its MAC first): characters the session's client encoding
+    has no code for (a euro sign under LATIN1) make it invalid, never an encoding error."""
+    q, m, lease, mac = world["mine"].split(".")
+    forged = [f"{q}.{m}€.{lease}.{mac}", f"{q}.€.€.{mac}", f"{q}.{m}.{lease}.{mac[:-1]}€"]
+    before = snapshot(conn)
+    conn.execute("SET client_encoding = 'LATIN1'")
+    try:
+        # the receipts are made in the server: the client could not send them in LATIN1
+        rows = conn.execute(
+            "SELECT deleted, error FROM queue_pg.delete_batch(%s, ARRAY[convert_from(%s, 'UTF8'),"
+            " convert_from(%s, 'UTF8'), convert_from(%s, 'UTF8')])",
+            [Q, *(f.encode() for f in forged)]).fetchall()
+        assert rows == [(False, "InvalidReceipt")] * 3
+    finally:
+        conn.execute("RESET client_encoding")
+    assert snapshot(conn) == before
+
+
 def test_batches_with_duplicate_bad_or_no_entries(
     client: Client, conn: psycopg.Connection, world: dict[str, str]
 ) -> None:

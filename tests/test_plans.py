@@ -132,5 +132,5 @@ def test_hot_paths_call_no_uninlined_sql_function(clean: str) -> None:
             " AND NOT (p.provolatile = 'i' AND p.pronargs = 0)").fetchall()
         conn.rollback()
     names = {name for name, _ in called}
-    assert {"_receive", "_claim", "_delete_batch", "_history", "_consumer_on"} <= names, names
+    assert {"_receive", "_claim", "_delete_receipts", "_history", "_consumer_on"} <= names, names
     assert [name for name, lang in called if lang != "plpgsql"] == []

@@ -237,18 +237,26 @@ END $$;
 -- Receipt: '<queue_id>.<message_id>.<lease_no>.<mac>', and on a queue with lease_durability
 -- 'relaxed' '<queue_id>.<message_id>.<lease_no>.<token>.<mac>'. The MAC (keyed SHA-256 with the
 -- install's secret, 64 bits, over the fields before it) makes a forged or altered receipt
--- detectable without looking the message up. STABLE like textsend, so that it is inlined where
+-- detectable without looking the message up. STABLE like convert_to, so that it is inlined where
 -- it is used. The signatures before the token go first (a new parameter would be an overload).
 DROP FUNCTION IF EXISTS queue_pg._mac(integer, bigint, integer, bytea);
 DROP FUNCTION IF EXISTS queue_pg._receipt(integer, bigint, integer, bytea);
 DROP FUNCTION IF EXISTS queue_pg._parse_receipt(integer, text, bytea);
 DROP FUNCTION IF EXISTS queue_pg._parse_receipts(integer, text[], bytea);
+-- The MAC of a receipt's text before it (its fields joined with '.'): the one rule, used to make
+-- receipts and to check them. convert_to, not textsend: the same bytes for a receipt's ASCII
+-- fields, but no conversion to the client's encoding, so hashing a caller's text (a forged
+-- receipt, checked before any cast) can never raise.
+CREATE OR REPLACE FUNCTION queue_pg._mac_of(fields text, key bytea)
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT left(encode(sha256(key || convert_to(fields, 'UTF8') || key), 'hex'), 16)
+$$;
+
 CREATE OR REPLACE FUNCTION queue_pg._mac(queue_id integer, id bigint, lease_no integer, key bytea,
                                          token text DEFAULT NULL)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT left(encode(sha256(key || textsend(queue_id::text || '.' || id::text || '.' || lease_no::text
-                                              || coalesce('.' || token, ''))
-                              || key), 'hex'), 16)
+    SELECT queue_pg._mac_of(queue_id::text || '.' || id::text || '.' || lease_no::text
+                            || coalesce('.' || token, ''), key)
 $$;
 
 -- The lease token of a relaxed queue's receipt: 12 hex characters of the server's start time
@@ -279,25 +287,20 @@ LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN (SELECT s.key FROM queue_pg.secret s)
 CREATE OR REPLACE FUNCTION queue_pg._parse_receipts(q_id integer, receipts text[], key bytea)
 RETURNS TABLE (i bigint, id bigint, lease_no integer, token text)
 LANGUAGE sql STABLE AS $$
-    -- Set-based and inlinable (a batch parses in one pass); split on '.' and simple character
-    -- classes, because PostgreSQL's regex engine is slow on counted repetitions ({1,18}: 50 µs a
-    -- receipt). The length bounds keep every number within its type, so no cast can fail; the
-    -- CASE makes the checks run before the casts. OFFSET 0 keeps the split a subquery of its
-    -- own: pulled up, string_to_array ran once per reference to p (13 µs a receipt, now 3).
-    SELECT u.i, x.p[2]::bigint, x.p[3]::integer, CASE WHEN cardinality(x.p) = 5 THEN x.p[4] END
+    -- Set-based and inlinable (a batch parses in one pass). The MAC covers the receipt's whole
+    -- text before it, so a receipt is checked as text, before any cast: one whose MAC matches
+    -- is one _receipt made (its numbers well formed, without leading zeros), and only then are
+    -- its fields cast; a malformed one fails the MAC. The length bound caps the hashing; the
+    -- queue's field is compared as text first (another queue's receipt costs no hash). No
+    -- regular expressions and no array: 5 µs a receipt before, 2 now. OFFSET 0 keeps the text
+    -- before the MAC a subquery of its own (pulled up, it was computed once per reference).
+    SELECT u.i, split_part(x.f, '.', 2)::bigint, split_part(x.f, '.', 3)::integer,
+           nullif(split_part(x.f, '.', 4), '')
     FROM unnest(receipts) WITH ORDINALITY AS u(r, i)
-    CROSS JOIN LATERAL (SELECT string_to_array(left(u.r, 81), '.') AS p OFFSET 0) x
-    WHERE CASE WHEN length(u.r) <= 80
-                    AND (cardinality(x.p) = 4
-                         OR (cardinality(x.p) = 5 AND length(x.p[4]) = 12 AND x.p[4] ~ '^[0-9a-f]+$'))
-                    AND length(x.p[1]) BETWEEN 1 AND 10 AND length(x.p[2]) BETWEEN 1 AND 18
-                    AND length(x.p[3]) BETWEEN 1 AND 9 AND length(x.p[cardinality(x.p)]) = 16
-                    AND x.p[1] || x.p[2] || x.p[3] ~ '^[0-9]+$' AND x.p[cardinality(x.p)] ~ '^[0-9a-f]+$'
-                    -- one text per receipt: no number is 0 or has a leading zero
-                    AND left(x.p[1], 1) <> '0' AND left(x.p[2], 1) <> '0' AND left(x.p[3], 1) <> '0'
-               THEN x.p[1]::bigint = q_id
-                    AND queue_pg._mac(q_id, x.p[2]::bigint, x.p[3]::integer, key,
-                                      CASE WHEN cardinality(x.p) = 5 THEN x.p[4] END) = x.p[cardinality(x.p)]
+    CROSS JOIN LATERAL (SELECT left(u.r, -17) AS f OFFSET 0) x
+    WHERE CASE WHEN length(u.r) <= 80 AND substr(u.r, length(u.r) - 16, 1) = '.'
+                    AND split_part(x.f, '.', 1) = q_id::text
+               THEN queue_pg._mac_of(x.f, key) = right(u.r, 16)
                ELSE false END
 $$;
 

@@ -116,7 +116,6 @@ DECLARE
     ids bigint[];
     dead bigint[];
     lapsed integer;
-    key bytea;
     token text;  -- a relaxed lease's token (00_util.sql): one per claim, so _receipt stays inlined
     got integer;
     floor_seq regclass := queue_pg._sequence('claim_floor', q.id);
@@ -125,7 +124,7 @@ DECLARE
     top timestamptz;
     found_n integer;
     real_us bigint := queue_pg._micros(clock_timestamp());
-    rescan_us bigint;
+    mark bigint;  -- the rescan mark, then setval's value (setval is assigned: PERFORM would run a statement)
 BEGIN
     IF q.in_flight_limit IS NOT NULL THEN
         -- a server-side poll tries again in 50 ms anyway: it does not wait for the row
@@ -145,9 +144,9 @@ BEGIN
     -- queue, when one claim scans from the start to pick up stragglers the floor has passed.
     -- Both sequences follow the real clock, whatever the session's: a mark in the future (from
     -- a moved clock) counts as due, so it heals at the next claim.
-    rescan_us := coalesce(pg_sequence_last_value(rescan_seq), 0);
-    IF rescan_us < real_us - 1000000 OR rescan_us > real_us THEN
-        PERFORM setval(rescan_seq, real_us);
+    mark := coalesce(pg_sequence_last_value(rescan_seq), 0);
+    IF mark < real_us - 1000000 OR mark > real_us THEN
+        mark := setval(rescan_seq, real_us);
     ELSE
         floor_at := queue_pg._from_micros(pg_sequence_last_value(floor_seq));
     END IF;
@@ -203,7 +202,7 @@ BEGIN
         -- Every visible message below `top` is now taken or locked by another claim: later
         -- claims may start there. A full scan may lower the floor, a floor scan only raise it.
         IF floor_at IS NULL OR top > floor_at THEN
-            PERFORM setval(floor_seq, least(queue_pg._micros(top), real_us));
+            mark := setval(floor_seq, least(queue_pg._micros(top), real_us));
         END IF;
         IF lapsed > 0 THEN
             INSERT INTO queue_pg.queue_counters AS c (queue_id, lease_expiries)
@@ -230,7 +229,6 @@ BEGIN
         END IF;
     END IF;
 
-    key := queue_pg._key();
     token := CASE WHEN q.lease_durability = 'relaxed' THEN queue_pg._lease_token(n) END;
     -- lease_policy 'per_type' (only when the receive left out visibility_timeout, see _receive):
     -- each message's lease is its type's from queue_pg.type_leases, else vt.
@@ -255,10 +253,12 @@ BEGIN
     -- (1.2 ms more server CPU a call); sorting them (an aggregate or a Sort node, which under
     -- this function's enable_sort = off also costs 1e10 and sets off JIT) cost 10 % of the
     -- receive; this second read costs what the unordered RETURNING did, within noise.
+    -- The install's secret (as _key reads it) is read here, not in a statement of its own.
     RETURN QUERY
-    SELECT t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, key, token),
+    SELECT t.id, q.name, t.body, t.attributes, queue_pg._receipt(q.id, t.id, t.lease_no, k.key, token),
            t.receive_count, t.enqueued_at, t.first_received_at, t.visible_at, t.expires_at
     FROM unnest(ids) WITH ORDINALITY o(id, i) JOIN queue_pg.messages t ON t.id = o.id
+    CROSS JOIN (SELECT s.key FROM queue_pg.secret s OFFSET 0) k
     ORDER BY o.i;
     got := queue_pg._count_flow('received', q.id, got);  -- an assignment: no statement to run
     IF q.in_flight_limit IS NOT NULL AND got > 0 AND vt > 0 THEN
@@ -283,18 +283,19 @@ DECLARE
     vt double precision := coalesce(visibility_timeout, q.visibility_timeout);
     w double precision := coalesce(wait, q.receive_wait);
     deadline timestamptz;
-    bad text;
+    bad integer;  -- the first forged entry of `delete`, by position
     got boolean;
-    checked record;  -- the checks' values (unread) and whether the consumer is known
+    known boolean;  -- whether the consumer has received from the queue before
 BEGIN
-    -- one statement for the four checks (in this order): each statement costs its executor
-    -- start, and a receive's fixed cost is what bounds a worker
-    SELECT queue_pg._check('max_messages', max_messages, 1, 1000, 'messages'),
-           queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap()),
-           queue_pg._check('wait', w, 0, 20),
-           queue_pg._consumer_on(consumer, q.id) AS known  -- sql/api/34_consumers.sql
-    INTO checked;
-    IF NOT checked.known THEN  -- the consumer's first receive on this queue
+    -- The four checks (in this order) in one expression, an assignment: plpgsql evaluates it
+    -- without starting the executor (a statement's start is most of a check's cost, and a
+    -- receive's fixed cost is what bounds a worker). A check returns its value or raises;
+    -- the operands of + and AND are evaluated left to right.
+    known := queue_pg._check('max_messages', max_messages, 1, 1000, 'messages')
+             + queue_pg._check('visibility_timeout', vt, 0, queue_pg._max_lease_cap())
+             + queue_pg._check('wait', w, 0, 20) >= 0
+             AND queue_pg._consumer_on(consumer, q.id);  -- sql/api/34_consumers.sql
+    IF NOT known THEN  -- the consumer's first receive on this queue
         PERFORM queue_pg._consumer_add_queue(consumer, q.id);
     END IF;
     IF q.lease_durability = 'relaxed' THEN  -- no WAL flush wait at commit (00_util.sql)
@@ -310,11 +311,10 @@ BEGIN
     END IF;
     -- The finished batch goes first, in the same transaction: one round trip and one commit
     -- per batch. Refusals are not raised (a stale receipt is counted, as in delete_batch).
-    IF cardinality("delete") > 0 THEN
-        SELECT d.receipt INTO bad FROM queue_pg._delete_batch(q, "delete", 'delete') d
-        WHERE d.error = 'InvalidReceipt' LIMIT 1;
-        IF FOUND THEN
-            PERFORM queue_pg._invalid_receipt(q.name, bad);
+    IF cardinality("delete") > 0 THEN  -- assignments: no statement runs on the usual path
+        bad := array_position(queue_pg._delete_receipts(q, "delete", 'delete'), 'InvalidReceipt');
+        IF bad IS NOT NULL THEN
+            PERFORM queue_pg._invalid_receipt(q.name, "delete"[bad]);
         END IF;
     END IF;
     deadline := clock_timestamp() + queue_pg._seconds(w);

@@ -86,13 +86,18 @@ BEGIN
     RETURN false;
 END $$;
 
--- Per-entry results: deleted, or the name of the refusal. Duplicate receipts are refused whole.
--- `param` names the caller's argument in error messages (delete_batch's receipts, receive's delete).
-CREATE OR REPLACE FUNCTION queue_pg._delete_batch(q queue_pg.queues, receipts text[], param text)
-RETURNS TABLE (receipt text, deleted boolean, error text)
+-- Deletes the messages of a batch of receipts. NULL when every entry deleted (the usual case),
+-- else per entry: NULL (deleted), 'gone' (already gone: not deleted, no error), or the name of
+-- the refusal. Duplicate receipts are refused whole. `param` names the caller's argument in
+-- error messages (delete_batch's receipts, receive's delete). An array, not rows: the callers
+-- call it in an assignment, which runs no statement, and the usual case hands back no rows to
+-- copy (a set-returning body cost its callers a statement and a copy of each row).
+DROP FUNCTION IF EXISTS queue_pg._delete_batch(queue_pg.queues, text[], text);
+CREATE OR REPLACE FUNCTION queue_pg._delete_receipts(q queue_pg.queues, receipts text[], param text)
+RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
-    key bytea := queue_pg._key();
+    key bytea;  -- the install's secret (as _key reads it), read with the checks
     n timestamptz := queue_pg._now();
     cnt integer := coalesce(cardinality(receipts), 0);
     dup text;
@@ -112,11 +117,14 @@ BEGIN
     -- position only when an entry deleted nothing, to say why.
     -- The queue's sampled types (_history), read once here: per deleted row, a lookup
     -- in history_sampling was three index probes (the plan repeats the lateral expression).
-    SELECT (SELECT count(DISTINCT x) < count(x) OR count(*) FILTER (WHERE x IS NULL) > 1
+    -- The duplicate test sorts bytes (COLLATE "C": the same equality as any database's
+    -- collation, without its comparison cost: 48 µs for 100 receipts under ICU en-US, 20 in C).
+    SELECT (SELECT count(DISTINCT x COLLATE "C") < count(x) OR count(*) FILTER (WHERE x IS NULL) > 1
             FROM unnest(receipts) x),
            (SELECT jsonb_object_agg(s.type, s.every) FROM queue_pg.history_sampling s
-            WHERE s.queue_id = q.id AND q.history)
-    INTO has_dup, sampling
+            WHERE s.queue_id = q.id AND q.history),
+           (SELECT s.key FROM queue_pg.secret s)
+    INTO has_dup, sampling, key
     FROM (SELECT queue_pg._check(format('len(%s)', param), cnt, 1, 1000, 'receipts'),
                  queue_pg._check_list(param, receipts) OFFSET 0) checked;
     IF has_dup THEN
@@ -166,8 +174,7 @@ BEGIN
     END IF;
     -- counts the deletes in the test (_count_flow returns its n): an expression, no statement
     IF queue_pg._count_flow('deleted', q.id, cardinality(gone_ids)) = cnt THEN  -- the usual case: every entry deleted
-        RETURN QUERY SELECT r, true, NULL::text FROM unnest(receipts) r;
-        RETURN;
+        RETURN NULL;
     END IF;
     -- why each entry that deleted nothing deleted nothing (only failures are looked at); the
     -- pair (id, lease_no) tells a deleted entry from a stale twin of the same message
@@ -181,16 +188,17 @@ BEGIN
     INTO why FROM generate_series(1, cnt) i;
     PERFORM queue_pg._advance('stale_receipts', q.id, count(*))
     FROM unnest(why) w WHERE w = 'StaleReceipt' HAVING count(*) > 0;
-    RETURN QUERY
-    SELECT receipts[i], why[i] IS NULL, nullif(why[i], 'gone')
-    FROM generate_series(1, cnt) i ORDER BY i;
+    RETURN why;
 END $$;
 
+-- Per-entry results, in the order of the receipts: deleted, or the name of the refusal.
 CREATE OR REPLACE FUNCTION queue_pg.delete_batch(queue text, receipts text[])
 RETURNS TABLE (receipt text, deleted boolean, error text)
 LANGUAGE plpgsql AS $$
+DECLARE
+    why text[] := queue_pg._delete_receipts(queue_pg._queue(queue, 'receive'), receipts, 'receipts');
 BEGIN
-    RETURN QUERY SELECT * FROM queue_pg._delete_batch(queue_pg._queue(queue, 'receive'), receipts, 'receipts');
+    RETURN QUERY SELECT u.r, u.w IS NULL, nullif(u.w, 'gone') FROM unnest(receipts, why) u(r, w);
 END $$;
 
 -- The shared body of change_visibility and update_message: new lease end counted from now,
