@@ -104,13 +104,13 @@ async def _awaiting_db(work: Awaitable[Any]) -> Any:
 
 
 class RoleCursor(psycopg.AsyncCursor[Any]):
-    """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
-    first takes the loan's key's role for that transaction (:meth:`EndpointKey.enter`, which
-    fails when the key was revoked) and is committed at
-    once, as on the autocommit connections the client's own pool lends: BEGIN, the role, the
-    statement and COMMIT go in one round trip (a pipeline), and an error in any of them ends
-    the transaction. Statements inside an explicit transaction block
-    (:meth:`RoleConnection.transaction`) take the role at its start and commit at its end."""
+    """A cursor of a :class:`RolePool` connection: a statement outside a transaction block
+    first takes the loan's key's role (:meth:`EndpointKey.enter`, which fails when the key was
+    revoked), both in one pipeline: the statements up to the pipeline's Sync are one implicit
+    transaction on an autocommit connection, so the role lasts for that statement, it commits
+    at the Sync, and an error in either ends it; one round trip, and no BEGIN or COMMIT to send.
+    Statements inside an explicit transaction block (:meth:`RoleConnection.transaction`) take
+    the role at its start and commit at its end."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         conn = self.connection
@@ -121,10 +121,9 @@ class RoleCursor(psycopg.AsyncCursor[Any]):
 
     async def _with_role(self, conn: RoleConnection, query: Any, params: Any,
                          **kwargs: Any) -> Self:
-        async with conn.pipeline():
+        async with conn.pipeline():  # one implicit transaction, to the Sync at its end
             await conn.take_role()
             await super().execute(query, params, **kwargs)
-            await conn.commit()
         return self
 
 
@@ -175,18 +174,18 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
 
 
 class RolePool(AsyncConnectionPool[RoleConnection]):
-    """One pool for every key's role. Its connections are not autocommit: each transaction on a
-    lent connection starts by checking the key of the request in :data:`REQUEST_KEY` and taking
-    its role (``queue_pg._enter_key``: ``SET LOCAL ROLE``)
-    (:class:`RoleCursor`; a lone statement commits with it, as autocommit would), and a
-    connection given back commits what it did or rolls back a failed transaction. So a role
+    """One pool for every key's role. Its connections are autocommit: each transaction on a
+    lent connection (a lone statement's implicit one, or a transaction block) starts by
+    checking the key of the request in :data:`REQUEST_KEY` and taking its role
+    (``queue_pg._enter_key``: ``SET LOCAL ROLE``; :class:`RoleCursor`), and a connection given
+    back commits what it left open or rolls back a failed transaction. So a role
     lasts one transaction of one loan, on the server session that ran it, and the next
     borrower (or, behind a transaction pooler, the next client of that server session) starts
     as the DSN's user whatever the last one did; nothing is set for the session (no
     ``SET ROLE``, no ``RESET ROLE``)."""
 
     def __init__(self, dsn: str, *, max_size: int, prepare: bool = True) -> None:
-        kwargs: dict[str, Any] = {"autocommit": False, "cursor_factory": RoleCursor}
+        kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": RoleCursor}
         if not prepare:  # behind a transaction pooler (see docs/operations.md)
             kwargs["prepare_threshold"] = None
         super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
