@@ -12,8 +12,8 @@ next request, with nothing done; the endpoint then forgets it (:meth:`KeyCache.f
 
 A secret never changes under its id (re-sealing keeps the secret), so an entry needs no expiry;
 a signature that does not check out with a kept secret is checked once more against the
-database's (:meth:`KeyCache.kept`): an Azure account whose key was replaced signs with the new
-one.
+database's key (:meth:`KeyCache.kept`, then :meth:`KeyCache.look_up`): an Azure account whose key
+was replaced signs with the new one.
 """
 
 from __future__ import annotations
@@ -68,24 +68,26 @@ class KeyCache:
         self._keys: OrderedDict[str, EndpointKey] = OrderedDict()
         self._plain_warned: set[str] = set()
 
-    def forget(self, key: EndpointKey) -> None:
+    def forget(self, key: EndpointKey | str) -> None:
         """Drop a key that :class:`~queue_pg.errors.KeyRevoked` said is revoked (unless its
-        name holds another key by now)."""
-        if self._keys.get(key.name) == key:
+        name holds another key by now), or whatever a name holds (it has no live key)."""
+        if isinstance(key, str):
+            self._keys.pop(key, None)
+        elif self._keys.get(key.name) == key:
             del self._keys[key.name]
 
     def kept(self, name: str, check: Callable[[EndpointKey], None]) -> EndpointKey | None:
         """The kept key of ``name`` when there is one and its secret passes ``check`` (which
-        raises when the request's signature does not check out), else None: a kept key that
-        fails is dropped, to be looked up again (:meth:`look_up`), as the key in the database
-        may be another by now (an Azure account's new key)."""
+        raises when the request's signature does not check out), else None: the caller then
+        looks the key up (:meth:`look_up`), as the one in the database may be another by now
+        (an Azure account's new key). A key that fails stays kept: a caller who signs badly
+        does not evict it."""
         key = self._keys.get(name)
         if key is None:
             return None
         try:
             check(key)
         except Exception:
-            del self._keys[name]
             return None
         self._keys.move_to_end(name)
         return key

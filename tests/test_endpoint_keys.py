@@ -81,6 +81,11 @@ def test_an_sqs_key_revoked_while_kept_is_refused_on_its_next_request(
     queue = f"{url}/000000000000/kept"
     w.send_message(QueueUrl=queue, MessageBody="one")
     got = w.receive_message(QueueUrl=queue, WaitTimeSeconds=0)["Messages"]  # the key is kept
+    forged = _sqs(url, access, "x" * 40)  # its id with a wrong secret: refused, the key kept
+    with pytest.raises(ClientError) as err:
+        forged.list_queues()
+    assert err.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+    assert w.list_queues()["QueueUrls"] == [queue]
     with psycopg.connect(clean, autocommit=True) as c:
         assert c.execute("SELECT queue_pg.sqs_revoke_key(%s)", [access]).fetchone() == (True,)
     for call in (lambda: w.send_message(QueueUrl=queue, MessageBody="two"),
@@ -89,7 +94,7 @@ def test_an_sqs_key_revoked_while_kept_is_refused_on_its_next_request(
                  lambda: w.receive_message(QueueUrl=queue, WaitTimeSeconds=0),
                  lambda: w.delete_message(QueueUrl=queue,
                                           ReceiptHandle=got[0]["ReceiptHandle"]),
-                 lambda: w.list_queues()):
+                 lambda: w.list_queues(), lambda: forged.list_queues()):
         with pytest.raises(ClientError) as err:
             call()
         assert err.value.response["Error"]["Code"] == "InvalidClientTokenId"

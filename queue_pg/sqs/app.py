@@ -363,6 +363,7 @@ class Endpoint:
         assert self._lookups is not None
         found: EndpointKey | None = await _awaiting_db(self.keys.look_up(self._lookups, name))
         if found is None:
+            self.keys.forget(name)
             raise unknown()
         check(found)
         self.keys.keep(found)
