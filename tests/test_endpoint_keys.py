@@ -7,6 +7,7 @@ clients (boto3, azure-storage-queue), keys of roles with grants on one queue onl
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -115,8 +116,7 @@ def test_a_kept_sqs_key_whose_role_is_dropped_is_refused(
     url = servers[0]
     with psycopg.connect(clean, autocommit=True) as c:
         c.execute("SELECT queue_pg.create_queue('dropped')")
-        gone = "qp_h3gone_role"
-        c.execute(psql.SQL("DROP ROLE IF EXISTS {}").format(psql.Identifier(gone)))
+        gone = f"qp_keygone_{uuid.uuid4().hex[:8]}"  # roles are the cluster's: a name of its own
         c.execute(psql.SQL("CREATE ROLE {}").format(psql.Identifier(gone)))
         c.execute(psql.SQL("GRANT queue_pg_producer TO {}").format(psql.Identifier(gone)))
         c.execute("SELECT queue_pg.grant('dropped', %s, 'send')", [gone])
