@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where Azurite is installed from npm (once)")
     parser.add_argument("--no-azurite", action="store_true", help="the endpoint only")
     parser.add_argument("--with-no-auth", action="store_true",
-                        help="also the endpoint with --no-auth (no key look-up, no signature"
-                             " check: the most a key cache could save)")
+                        help="also the endpoint with --no-auth (no key check, no signature"
+                             " check: what authentication costs)")
 
 
 def azurite_bin(folder: Path, log: Callable[[str], None]) -> Path | str:

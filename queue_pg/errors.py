@@ -25,6 +25,7 @@ __all__ = [
     "InvalidParameter",
     "InvalidReceipt",
     "InvalidSchedule",
+    "KeyRevoked",
     "LeaseLimitExceeded",
     "MessageNotFound",
     "MessageTooLarge",
@@ -120,6 +121,12 @@ class AccessDenied(QueueError):
     Also PostgreSQL's own ``insufficient_privilege`` (42501), raised before our check when the
     role may not even call the function (it is in none of the group roles that may).
     """
+
+
+class KeyRevoked(AccessDenied):
+    """An endpoint's request signed by a key that was revoked, or whose role was dropped, since
+    the endpoint took it into memory (QP040): checked in the request's own transaction, so
+    nothing of the request is done; the endpoints answer as for an unknown key."""
 
 
 class InvalidSchedule(InvalidParameter):
@@ -251,6 +258,7 @@ SQLSTATE_ERRORS: dict[str, type[QueueError]] = {
     "QP009": MessageNotFound,
     "QP010": QueueInUse,
     "QP011": AccessDenied,
+    "QP040": KeyRevoked,
     "QP025": InvalidSchedule,
     "QP030": GroupRequired,
     "QP035": RedriveTaskNotFound,

@@ -324,16 +324,18 @@ def test_the_sqs_role_pool_leaves_no_role_behind(pooled: Pooled, make_role: Make
     any pooler each statement runs as that role, and nothing stays for the next client."""
     import asyncio
 
-    from queue_pg.sqs.app import REQUEST_ROLE, RolePool
+    from queue_pg.sqs.app import REQUEST_KEY, RolePool
+    from tests.test_sqs import loan_key
 
     role = make_role("sqsrole", PRODUCER)
+    key = loan_key(pooled.direct, role.name)
 
     async def run() -> None:
         pool = RolePool(pooled.plain, max_size=4, prepare=pooled.mode != "transaction")
         await pool.open()
         try:
             async def as_role() -> list[str]:
-                REQUEST_ROLE.set(role.name)
+                REQUEST_KEY.set(key)
                 seen = []
                 for _ in range(6):
                     async with pool.connection() as conn:

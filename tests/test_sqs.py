@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 
 from bench.sqs_suite import free_port as _free_port  # noqa: E402
 from bench.sqs_suite import serve  # noqa: E402
+from queue_pg.endpoint_keys import EndpointKey  # noqa: E402
 from queue_pg.sealing import Keyring, create_sqs_key  # noqa: E402
 from queue_pg.sqs import create_app  # noqa: E402
 from tests.procs import ended  # noqa: E402
@@ -45,6 +46,14 @@ def endpoint(dsn: str) -> Iterator[str]:
 def _key(dsn: str, role: str) -> tuple[str, str]:
     with psycopg.connect(dsn, autocommit=True) as c:
         return create_sqs_key(c, role)
+
+
+def loan_key(dsn: str, role: str | None) -> EndpointKey | None:
+    """A new SQS key of ``role`` as an endpoint keeps it, for a RolePool loan (None: none)."""
+    if role is None:
+        return None
+    access, secret = _key(dsn, role)
+    return EndpointKey("sqs", access, access, role, secret)
 
 
 MakeSqs = Callable[..., Sqs]
@@ -1056,36 +1065,38 @@ def test_one_pool_lends_each_connection_as_one_role(
     make_role: MakeRole, clean: str  # noqa: F811
 ) -> None:
     """RolePool: a loan runs as the request's role; the next one starts as the DSN's user,
-    after an error in a transaction, a failed SET ROLE, or a cancelled borrower alike."""
+    after an error in a transaction, a key refused, or a cancelled borrower alike."""
     import asyncio
 
-    from queue_pg.sqs.app import REQUEST_ROLE, RolePool
+    from queue_pg.sqs.app import REQUEST_KEY, RolePool
 
     a = make_role("poola", PRODUCER)
     with psycopg.connect(clean) as c:
         owner = str(c.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    key_a = loan_key(clean, a.name)
+    gone = EndpointKey("sqs", "AKQPNOSUCHKEY0000000", "AKQPNOSUCHKEY0000000", a.name, "")
 
     async def run() -> None:
         pool = RolePool(clean, max_size=1)  # one connection: every loan is the same one
         await pool.open()
         try:
-            async def who(role: str | None) -> tuple[str, int]:
-                REQUEST_ROLE.set(role)
+            async def who(key: EndpointKey | None) -> tuple[str, int]:
+                REQUEST_KEY.set(key)
                 async with pool.connection() as conn:
                     row = await (await conn.execute(
                         "SELECT current_user::text, pg_backend_pid()")).fetchone()
                     assert row is not None
                     return str(row[0]), int(row[1])
 
-            user, pid = await asyncio.create_task(who(a.name))
+            user, pid = await asyncio.create_task(who(key_a))
             assert user == a.name
             assert await asyncio.create_task(who(None)) == (owner, pid)
 
             async def session_role() -> tuple[str, str]:
-                REQUEST_ROLE.set(a.name)
+                REQUEST_KEY.set(key_a)
                 async with pool.connection() as conn:
                     await conn.execute("SELECT 1")
-                REQUEST_ROLE.set(None)
+                REQUEST_KEY.set(None)
                 async with pool.connection() as conn:  # no session state left: SHOW role
                     row = await (await conn.execute("SELECT current_setting('role'),"
                                                     " current_user::text")).fetchone()
@@ -1095,7 +1106,7 @@ def test_one_pool_lends_each_connection_as_one_role(
             assert await asyncio.create_task(session_role()) == ("none", owner)
 
             async def in_block() -> str:  # a transaction block of the borrower's takes it too
-                REQUEST_ROLE.set(a.name)
+                REQUEST_KEY.set(key_a)
                 async with pool.connection() as conn, conn.transaction():
                     row = await (await conn.execute("SELECT current_user::text")).fetchone()
                     assert row is not None
@@ -1105,7 +1116,7 @@ def test_one_pool_lends_each_connection_as_one_role(
             assert (await asyncio.create_task(who(None)))[0] == owner
 
             async def fail_in_transaction() -> None:
-                REQUEST_ROLE.set(a.name)
+                REQUEST_KEY.set(key_a)
                 async with pool.connection() as conn, conn.transaction():
                     await conn.execute("SELECT 1/0")
 
@@ -1114,7 +1125,7 @@ def test_one_pool_lends_each_connection_as_one_role(
             assert await asyncio.create_task(who(None)) == (owner, pid)
 
             async def hold() -> None:
-                REQUEST_ROLE.set(a.name)
+                REQUEST_KEY.set(key_a)
                 async with pool.connection() as conn:
                     await conn.execute("SELECT pg_sleep(5)")
 
@@ -1125,8 +1136,8 @@ def test_one_pool_lends_each_connection_as_one_role(
                 await task
             assert (await asyncio.create_task(who(None)))[0] == owner
 
-            with pytest.raises(psycopg.Error):  # no such role: refused, the loan given back
-                await asyncio.create_task(who("qp_no_such_role"))
+            with pytest.raises(psycopg.Error):  # no such key: refused, the loan given back
+                await asyncio.create_task(who(gone))
             assert (await asyncio.create_task(who(None)))[0] == owner
         finally:
             await pool.close()

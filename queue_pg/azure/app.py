@@ -30,9 +30,10 @@ from starlette.routing import Route
 from queue_pg import errors
 from queue_pg.azure import auth as azauth
 from queue_pg.azure import cors
-from queue_pg.errors import translate
+from queue_pg.endpoint_keys import EndpointKey
+from queue_pg.errors import KeyRevoked, translate
 from queue_pg.sealing import Keyring
-from queue_pg.sqs.app import REQUEST_ROLE, Endpoint, RequestTooLarge, _body
+from queue_pg.sqs.app import REQUEST_KEY, Endpoint, RequestTooLarge, _body
 from queue_pg.types import Message
 
 logger = logging.getLogger("queue_pg.azure")
@@ -335,7 +336,7 @@ class AzureEndpoint(Endpoint):
         """Every account's stored CORS rules (queue_pg.azure_cors_rules), as the DSN's user."""
         await self.open()
         assert self._pool is not None
-        token = REQUEST_ROLE.set(None)
+        token = REQUEST_KEY.set(None)
         try:
             async with self._pool.connection() as conn:
                 with translate():
@@ -343,7 +344,7 @@ class AzureEndpoint(Endpoint):
                         "SELECT account, rules FROM queue_pg.azure_cors_rules()")
                     return {str(a): r for a, r in await cur.fetchall()}
         finally:
-            REQUEST_ROLE.reset(token)
+            REQUEST_KEY.reset(token)
 
     def cors_account(self, request: Request) -> str | None:
         """The account whose CORS rules apply to a request: its URL's, whatever the rest of the
@@ -387,13 +388,15 @@ class AzureEndpoint(Endpoint):
         response.headers.update(cors.actual(rules, origin, request.method,
                                             list(response.headers.keys())))
 
-    async def role_of(self, request: Request, body: bytes) -> str | None:
+    kind = "azure"
+
+    async def key_of(self, request: Request, body: bytes) -> EndpointKey | None:
         raise NotImplementedError  # Azure's check needs the operation: see authorize
 
     async def authorize(self, request: Request, account: str, queue: str | None,
-                        operation: str) -> str | None:
-        """The role the request runs as; AuthError when it is not signed by the account's
-        live key, or its SAS token does not allow the operation."""
+                        operation: str) -> EndpointKey | None:
+        """The key the request runs as (its role); AuthError when it is not signed by the
+        account's live key, or its SAS token does not allow the operation."""
         if not self.auth:
             return None
         headers = {k.lower(): v for k, v in request.headers.items()}
@@ -408,40 +411,39 @@ class AzureEndpoint(Endpoint):
                                  " SAS token.", "NoAuthenticationInformation")
         if shared is not None and shared[1] != account:
             raise azauth.AuthError("The signing account is not the account of the URL.")
-        key = await self._key(account)
+        await self.open()
+        if sas is not None and "si" in sas.params and queue is not None:
+            # a stored access policy's fields
+            sas = azauth.with_policy(sas, await self._policy(queue, sas.params["si"]))
         now = datetime.now(timezone.utc)
-        if shared is not None:
-            azauth.check_shared_key(req, shared[0], account, shared[2], key[0], now)
-        else:
-            assert sas is not None
-            if "si" in sas.params and queue is not None:  # a stored access policy's fields
-                sas = azauth.with_policy(sas, await self._policy(queue, sas.params["si"]))
-            azauth.check_sas(req, sas, account, queue, key[0], now)
+
+        def check(key: EndpointKey) -> None:
+            if shared is not None:
+                azauth.check_shared_key(req, shared[0], account, shared[2], key.secret, now)
+            else:
+                assert sas is not None
+                azauth.check_sas(req, sas, account, queue, key.secret, now)
+
+        key = await self.verified(account, check, no_live_key)
+        if sas is not None:
             azauth.check_sas_allows(sas, operation)
-        return key[1]
+        return key
 
     async def _policy(self, queue: str, policy_id: str) -> tuple[Any, ...] | None:
         """The stored access policy a SAS names: (start, expiry, permission), or None."""
-        assert self._keys is not None  # opened by _key
-        async with self._keys.connection() as conn:
+        assert self._lookups is not None
+        async with self._lookups.connection() as conn:
             with translate():
                 row = await (await conn.execute(
                     "SELECT start, expiry, permission FROM queue_pg.azure_access_policy(%s, %s)",
                     [queue, policy_id])).fetchone()
         return None if row is None else tuple(row)
 
-    async def _key(self, account: str) -> tuple[str, str]:
-        await self.open()
-        assert self._keys is not None
-        async with self._keys.connection() as conn:
-            with translate():
-                row = await (await conn.execute(
-                    "SELECT secret_key, role FROM queue_pg.azure_key(%s)", [account])).fetchone()
-        secret = None if row is None else self.secret_of(row[0], "azure", str(row[1]), account)
-        if row is None or secret is None:
-            raise azauth.AuthError("Server failed to authenticate the request: the account has no"
-                                 " live key.")
-        return secret, str(row[1])
+
+def no_live_key() -> azauth.AuthError:
+    """The answer to a request signed by no live key (unknown, revoked, its role dropped)."""
+    return azauth.AuthError("Server failed to authenticate the request: the account has no"
+                            " live key.")
 
 
 class Call:
@@ -698,15 +700,19 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
                                  " is read-only: write operations go to the primary.")
             await endpoint.open()
             queue = parts[1] if len(parts) >= 2 else None
-            role = await endpoint.authorize(request, acct, queue, operation)
+            key = await endpoint.authorize(request, acct, queue, operation)
             call = Call(endpoint, request, body, queue, parts[3] if len(parts) == 4 else None,
                         params, acct, secondary)
             run: Callable[[], Any] = getattr(call, operation)
-            token = REQUEST_ROLE.set(role)  # every connection the call borrows takes it
+            token = REQUEST_KEY.set(key)  # every connection the call borrows takes its role
             try:
                 response: Response = await run()
+            except KeyRevoked:  # since it was kept: the transaction that found it did nothing
+                if endpoint.keys is not None and key is not None:
+                    endpoint.keys.forget(key)
+                raise no_live_key() from None
             finally:
-                REQUEST_ROLE.reset(token)
+                REQUEST_KEY.reset(token)
         except Exception as err:  # every failure answers as Azure does
             response = _error(err, request_id)
         stamped(request, response, request_id)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import ipaddress
 from collections.abc import Mapping, Sequence
@@ -54,7 +53,7 @@ def _sign(key: str, text: str) -> bytes:
         raw = base64.b64decode(key, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise AuthError("The account key is not valid base64.") from exc
-    return hmac.new(raw, text.encode("utf-8"), hashlib.sha256).digest()
+    return hmac.digest(raw, text.encode("utf-8"), "sha256")
 
 
 def _same(key: str, text: str, signature: str) -> bool:

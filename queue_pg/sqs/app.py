@@ -1,11 +1,13 @@
 """The ASGI app: SQS's JSON protocol (``X-Amz-Target: AmazonSQS.<Action>``) and its query
 protocol (form parameters, XML answers; :mod:`queue_pg.sqs.query`) over queue_pg.
 
-Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys`` and
-then runs as the key's PostgreSQL role: one pool serves every role, and each transaction on a
-connection it lends first takes the role of the request that borrowed it (``SET LOCAL ROLE``,
-:class:`RolePool`), so queue_pg's own grants decide what the request may do, and no role
-outlives its transaction (a transaction pooler may give the server session to anyone next).
+Each request is checked against its SigV4 signature with a key from ``queue_pg.sqs_keys``
+(kept in memory: :mod:`queue_pg.endpoint_keys`) and then runs as the key's PostgreSQL role: one
+pool serves every role, and each transaction on a connection it lends first checks the key of
+the request that borrowed it is still live and takes its role (``queue_pg._enter_key``, a
+``SET LOCAL ROLE``; :class:`RolePool`), so queue_pg's own grants decide what the request may do,
+a revoked key does nothing more, and no role outlives its transaction (a transaction pooler may
+give the server session to anyone next).
 ``auth=False`` runs every request as the DSN's user, for local development.
 """
 
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import psycopg
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
@@ -36,8 +37,9 @@ from starlette.routing import Route
 from queue_pg.aio import AsyncClient
 from queue_pg.aio_base import _configure
 from queue_pg.dsn import pooler_of
-from queue_pg.errors import translate
-from queue_pg.sealing import Keyring, SealError, is_sealed
+from queue_pg.endpoint_keys import EndpointKey, KeyCache
+from queue_pg.errors import KeyRevoked
+from queue_pg.sealing import Keyring
 from queue_pg.sqs import actions, moves, query, sigv4
 from queue_pg.sqs.errors import RequestTooLarge, describe, message
 
@@ -66,8 +68,8 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-#: The role of the request this task serves (None: the DSN's own user).
-REQUEST_ROLE: ContextVar[str | None] = ContextVar("queue_pg_sqs_role", default=None)
+#: The key of the request this task serves, whose role it runs as (None: the DSN's own user).
+REQUEST_KEY: ContextVar[EndpointKey | None] = ContextVar("queue_pg_sqs_key", default=None)
 
 
 class Spent:
@@ -102,26 +104,26 @@ async def _awaiting_db(work: Awaitable[Any]) -> Any:
 
 
 class RoleCursor(psycopg.AsyncCursor[Any]):
-    """A cursor of a :class:`RolePool` connection: a statement that starts a transaction
-    first takes the loan's role for that transaction (``SET LOCAL ROLE``) and is committed at
-    once, as on the autocommit connections the client's own pool lends: BEGIN, the role, the
-    statement and COMMIT go in one round trip (a pipeline), and an error in any of them ends
-    the transaction. Statements inside an explicit transaction block
-    (:meth:`RoleConnection.transaction`) take the role at its start and commit at its end."""
+    """A cursor of a :class:`RolePool` connection: a statement outside a transaction block
+    first takes the loan's key's role (:meth:`EndpointKey.enter`, which fails when the key was
+    revoked), both in one pipeline: the statements up to the pipeline's Sync are one implicit
+    transaction on an autocommit connection, so the role lasts for that statement, it commits
+    at the Sync, and an error in either ends it; one round trip, and no BEGIN or COMMIT to send.
+    Statements inside an explicit transaction block (:meth:`RoleConnection.transaction`) take
+    the role at its start and commit at its end."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         conn = self.connection
         idle = conn.info.transaction_status == TransactionStatus.IDLE
-        if idle and isinstance(conn, RoleConnection) and conn.role is not None:
+        if idle and isinstance(conn, RoleConnection) and conn.key is not None:
             return await _awaiting_db(self._with_role(conn, query, params, **kwargs))  # type: ignore[no-any-return]
         return await _awaiting_db(super().execute(query, params, **kwargs))  # type: ignore[no-any-return]
 
     async def _with_role(self, conn: RoleConnection, query: Any, params: Any,
                          **kwargs: Any) -> Self:
-        async with conn.pipeline():
+        async with conn.pipeline():  # one implicit transaction, to the Sync at its end
             await conn.take_role()
             await super().execute(query, params, **kwargs)
-            await conn.commit()
         return self
 
 
@@ -132,16 +134,16 @@ CHECK_AFTER_IDLE = 1.0
 
 
 class RoleConnection(psycopg.AsyncConnection[Any]):
-    """A pooled connection and the role of the request it is lent to (None: the DSN's user)."""
+    """A pooled connection and the key of the request it is lent to (None: the DSN's user)."""
 
-    role: str | None = None
+    key: EndpointKey | None = None
     returned_at = float("-inf")  #: when it was last given back (time.monotonic())
 
     async def take_role(self) -> None:
-        """The loan's role for the current (or, when idle, a new) transaction."""
-        if self.role is not None:
-            await psycopg.AsyncCursor(self).execute(
-                sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self.role)))
+        """The loan's key's role for the current (or, when idle, a new) transaction;
+        KeyRevoked (from the server) when the key is no longer live."""
+        if self.key is not None:
+            await self.key.enter(self)
 
     async def notifies(
         self, *, timeout: float | None = None, stop_after: int | None = None
@@ -165,24 +167,25 @@ class RoleConnection(psycopg.AsyncConnection[Any]):
     async def transaction(
         self, savepoint_name: str | None = None, force_rollback: bool = False
     ) -> AsyncIterator[psycopg.AsyncTransaction]:
-        """A transaction (or savepoint) block: its BEGIN is followed by the loan's role."""
+        """A transaction (or savepoint) block: its BEGIN is followed by the loan's key's role."""
         async with super().transaction(savepoint_name, force_rollback) as tx:
             await self.take_role()
             yield tx
 
 
 class RolePool(AsyncConnectionPool[RoleConnection]):
-    """One pool for every key's role. Its connections are not autocommit: each transaction on a
-    lent connection starts with ``SET LOCAL ROLE`` of the request in :data:`REQUEST_ROLE`
-    (:class:`RoleCursor`; a lone statement commits with it, as autocommit would), and a
-    connection given back commits what it did or rolls back a failed transaction. So a role
+    """One pool for every key's role. Its connections are autocommit: each transaction on a
+    lent connection (a lone statement's implicit one, or a transaction block) starts by
+    checking the key of the request in :data:`REQUEST_KEY` and taking its role
+    (``queue_pg._enter_key``: ``SET LOCAL ROLE``; :class:`RoleCursor`), and a connection given
+    back commits what it left open or rolls back a failed transaction. So a role
     lasts one transaction of one loan, on the server session that ran it, and the next
     borrower (or, behind a transaction pooler, the next client of that server session) starts
     as the DSN's user whatever the last one did; nothing is set for the session (no
     ``SET ROLE``, no ``RESET ROLE``)."""
 
     def __init__(self, dsn: str, *, max_size: int, prepare: bool = True) -> None:
-        kwargs: dict[str, Any] = {"autocommit": False, "cursor_factory": RoleCursor}
+        kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": RoleCursor}
         if not prepare:  # behind a transaction pooler (see docs/operations.md)
             kwargs["prepare_threshold"] = None
         super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
@@ -197,11 +200,11 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
 
     async def getconn(self, timeout: float | None = None) -> RoleConnection:
         conn: RoleConnection = await _awaiting_db(super().getconn(timeout))
-        conn.role = REQUEST_ROLE.get()
+        conn.key = REQUEST_KEY.get()
         return conn
 
     async def putconn(self, conn: RoleConnection) -> None:
-        conn.role = None
+        conn.key = None
         status = conn.info.transaction_status
         with contextlib.suppress(psycopg.Error):  # the pool discards what it cannot reset
             if status == TransactionStatus.INTRANS:
@@ -221,15 +224,19 @@ _RUNNING = "SELECT EXISTS (SELECT 1 FROM queue_pg.redrive_tasks WHERE status = '
 
 
 class Endpoint:
-    """The app's state: the owner's connections for key look-ups, one pool and client for the
-    requests of every role, and the stepper of move tasks."""
+    """The app's state: the owner's connections for key look-ups and the keys it keeps, one
+    pool and client for the requests of every role, and the stepper of move tasks."""
+
+    #: the kind of the endpoint's keys (queue_pg.endpoint_key)
+    kind = "sqs"
 
     def __init__(self, dsn: str, *, auth: bool = True, pool_size: int = 10,
                  region: str = sigv4.DEFAULT_REGION, keyring: Keyring | None = None) -> None:
         #: opens the stored secrets (queue_pg/sealing.py); with auth, one must be given or set
         #: in the environment (SecretKeyMissing)
         self.keyring = (keyring or Keyring.required()) if auth else None
-        self._plain_warned: set[str] = set()
+        #: the live keys, opened (queue_pg/endpoint_keys.py)
+        self.keys = None if self.keyring is None else KeyCache(self.kind, self.keyring)
         # the queue_pg_pooler option (or QUEUE_PG_POOLER) taken out of the DSN libpq sees
         stripped, self.pooler = pooler_of(None, dsn)
         self.dsn = stripped or dsn
@@ -238,7 +245,7 @@ class Endpoint:
         self.pool_size = pool_size
         self._pool: RolePool | None = None
         self._client: AsyncClient | None = None
-        self._keys: AsyncConnectionPool[Any] | None = None
+        self._lookups: AsyncConnectionPool[Any] | None = None
         self._open_lock = asyncio.Lock()  # the first requests may come together
         self._stepper: asyncio.Task[None] | None = None
         self._moves_started = asyncio.Event()
@@ -264,14 +271,14 @@ class Endpoint:
                     await keys.close()
                     await pool.close()
                     raise
-                self._keys = keys
+                self._lookups = keys
             self._pool = pool
             self._client = AsyncClient(pool, pooler=self.pooler)
             self._stepper = asyncio.create_task(self._step_moves(), name="queue_pg_sqs_moves")
 
     @property
     def client(self) -> AsyncClient:
-        """The client of every request; it runs as the role in :data:`REQUEST_ROLE`."""
+        """The client of every request; it runs as the key's role in :data:`REQUEST_KEY`."""
         assert self._client is not None, "Endpoint.open() first"
         return self._client
 
@@ -284,7 +291,7 @@ class Endpoint:
         queue) every STEP_EVERY seconds while any runs, so a task moves about its rate each
         second instead of a sweep's worth at a time; when none runs, wait for one started here
         or look again after IDLE_LOOK_EVERY (tasks started by the CLI or another endpoint)."""
-        REQUEST_ROLE.set(None)  # this task's own context: the DSN's user
+        REQUEST_KEY.set(None)  # this task's own context: the DSN's user
         client, pool = self.client, self._pool
         assert pool is not None
         warned = False
@@ -313,30 +320,14 @@ class Endpoint:
                 await self._stepper
             self._stepper = None
         self._client = None
-        for pool in (self._pool, self._keys):
+        for pool in (self._pool, self._lookups):
             if pool is not None:
                 await pool.close()
-        self._pool = self._keys = None
+        self._pool = self._lookups = None
 
-    def secret_of(self, stored: str | None, kind: str, role: str, ident: str) -> str | None:
-        """The plain secret of a stored key (opened with the keyring), or None when it does
-        not open: the key is then refused as unknown, and the reason logged."""
-        if stored is None:
-            return None
-        assert self.keyring is not None
-        if not is_sealed(stored) and ident not in self._plain_warned:
-            self._plain_warned.add(ident)
-            logger.warning("queue_pg.%s: key %s is stored in plain (made before revision 0029):"
-                           " run `queue-pg secret-key seal`", kind, ident)
-        try:
-            return self.keyring.reveal(stored, kind, role)
-        except SealError as exc:
-            logger.error("queue_pg.%s: key %s refused: %s", kind, ident, exc)
-            return None
-
-    async def role_of(self, request: Request, body: bytes) -> str | None:
-        """The role the request runs as; SignatureError when it is not signed by a live key
-        (in its Authorization header, or in its query string: a presigned URL)."""
+    async def key_of(self, request: Request, body: bytes) -> EndpointKey | None:
+        """The key the request runs as (its role); SignatureError when it is not signed by a
+        live key (in its Authorization header, or in its query string: a presigned URL)."""
         if not self.auth:
             return None
         headers = {k.lower(): v for k, v in request.headers.items()}
@@ -348,29 +339,41 @@ class Endpoint:
         else:
             cred = sigv4.parse(headers.get("authorization"))
         sigv4.check_scope(cred, self.region, headers, presigned=presigned is not None)
-        await self.open()
-        assert self._keys is not None
-        async with self._keys.connection() as conn:
-            with translate():
-                row = await _awaiting_db(self._key_of(conn, cred.access_key))
-        secret = None if row is None else self.secret_of(row[0], "sqs", str(row[1]),
-                                                          cred.access_key)
-        if row is None or secret is None:
-            raise sigv4.SignatureError("InvalidClientTokenId",
-                                       "The security token included in the request is invalid.")
         raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
-        if presigned is not None:
-            sigv4.verify_presigned(presigned, secret, request.method, raw_path, pairs, headers,
-                                   body)
-        else:
-            sigv4.verify(cred, secret, request.method, raw_path, pairs, headers, body)
-        return str(row[1])
+
+        def check(key: EndpointKey) -> None:
+            if presigned is not None:
+                sigv4.verify_presigned(presigned, key.secret, request.method, raw_path, pairs,
+                                       headers, body)
+            else:
+                sigv4.verify(cred, key.secret, request.method, raw_path, pairs, headers, body)
+
+        return await self.verified(cred.access_key, check, no_live_key)
+
+    async def verified(self, name: str, check: Callable[[EndpointKey], None],
+                       unknown: Callable[[], Exception]) -> EndpointKey:
+        """The live key of ``name`` (kept, else looked up and kept) with which the request's
+        signature passes ``check`` (which raises when it does not); ``unknown()`` is raised
+        when ``name`` has no live key."""
+        assert self.keys is not None
+        key = self.keys.kept(name, check)
+        if key is not None:
+            return key
+        await self.open()
+        assert self._lookups is not None
+        found: EndpointKey | None = await _awaiting_db(self.keys.look_up(self._lookups, name))
+        if found is None:
+            self.keys.forget(name)
+            raise unknown()
+        check(found)
+        self.keys.keep(found)
+        return found
 
 
-    @staticmethod
-    async def _key_of(conn: psycopg.AsyncConnection[Any], access_key: str) -> Any:
-        cur = await conn.execute("SELECT secret_key, role FROM queue_pg.sqs_key(%s)", [access_key])
-        return await cur.fetchone()
+def no_live_key() -> sigv4.SignatureError:
+    """The answer to a request signed by no live key (unknown, revoked, its role dropped)."""
+    return sigv4.SignatureError("InvalidClientTokenId",
+                                "The security token included in the request is invalid.")
 
 
 class Timed:
@@ -472,7 +475,7 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
         try:
             body = await _body(request)
             await endpoint.open()
-            role = await endpoint.role_of(request, body)
+            key = await endpoint.key_of(request, body)
             base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
             name, params = (_query_call(request, body, base) if is_query
                             else _json_call(request, body))
@@ -484,11 +487,15 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
                 raise actions.BatchError("InvalidAction", f"The action {name or '(none)'} is not"
                                          " valid for this endpoint.")
             actions.check_types(params)
-            token = REQUEST_ROLE.set(role)  # every connection the action borrows takes it
+            token = REQUEST_KEY.set(key)  # every connection the action borrows takes its role
             try:
                 result = await action(actions.Request(endpoint.client, params, base))
+            except KeyRevoked:  # since it was kept: the transaction that found it did nothing
+                if endpoint.keys is not None and key is not None:
+                    endpoint.keys.forget(key)
+                raise no_live_key() from None
             finally:
-                REQUEST_ROLE.reset(token)
+                REQUEST_KEY.reset(token)
             if name == "StartMessageMoveTask":
                 endpoint.moves_started()
         except Exception as err:  # every failure answers as SQS does
@@ -514,4 +521,4 @@ def create_app(dsn: str, *, auth: bool = True, pool_size: int = 10,
     return app
 
 
-__all__ = ["REQUEST_ROLE", "SPENT", "Endpoint", "RolePool", "Spent", "Timed", "create_app"]
+__all__ = ["REQUEST_KEY", "SPENT", "Endpoint", "RolePool", "Spent", "Timed", "create_app"]

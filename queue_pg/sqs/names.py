@@ -64,6 +64,8 @@ _ID_HIGH = 0x7175_6575_6570_8067
 #: Variant bits 10 (RFC 9562) over the low 64 bits; the 62 below them hold the message id.
 _ID_VARIANT = 0b10 << 62
 _ID_BITS = (1 << 62) - 1
+#: The first three groups of every MessageId: _ID_HIGH as a UUID spells it.
+_ID_HEAD = str(uuid.UUID(int=_ID_HIGH << 64))[:19]
 
 
 def message_id(msg_id: int) -> str:
@@ -71,7 +73,8 @@ def message_id(msg_id: int) -> str:
     queues: one sequence), so it needs no table and reads back with :func:`message_id_of`."""
     if not 0 <= msg_id <= _ID_BITS:
         return str(msg_id)  # past 2**62 ids: not reached by a bigint sequence in practice
-    return str(uuid.UUID(int=(_ID_HIGH << 64) | _ID_VARIANT | msg_id))
+    low = f"{_ID_VARIANT | msg_id:016x}"  # as str(uuid.UUID(...)) spells it, without the object
+    return f"{_ID_HEAD}{low[:4]}-{low[4:]}"
 
 
 def message_id_of(value: str) -> int | None:

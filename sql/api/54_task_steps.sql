@@ -144,7 +144,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     dead bigint[];
     free bigint[];
-    gone record;
     shown text;
     cnt integer;
 BEGIN

@@ -99,3 +99,67 @@ BEGIN
     ALTER TABLE queue_pg.sqs_keys VALIDATE CONSTRAINT sqs_keys_sealed;
     ALTER TABLE queue_pg.azure_keys VALIDATE CONSTRAINT azure_keys_sealed;
 END $$;
+
+-- Whether an endpoint key may sign requests: not revoked, and its role exists (a dropped role's
+-- keys die). The one rule of a live key, for the look-ups below and for _enter_key.
+CREATE OR REPLACE FUNCTION queue_pg._key_live(revoked_at timestamptz, role name) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT revoked_at IS NULL AND to_regrole(quote_ident(role)) IS NOT NULL
+$$;
+
+-- A live key of an endpoint, for its signature check: kind 'sqs' (name: the access key) or
+-- 'azure' (name: the account); its id (the access key; an Azure key's row id: a new key of the
+-- same account has another), sealed secret and role. No row when unknown, revoked, or its role
+-- was dropped. The owner's only (the endpoints connect as the owner).
+CREATE OR REPLACE FUNCTION queue_pg.endpoint_key(kind text, name text)
+RETURNS TABLE (id text, secret_key text, role name)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM queue_pg._check_secret_reader();
+    IF kind = 'sqs' THEN
+        RETURN QUERY SELECT k.access_key, k.secret_key, k.role FROM queue_pg.sqs_keys k
+                     WHERE k.access_key = endpoint_key.name AND queue_pg._key_live(k.revoked_at, k.role);
+    ELSIF kind = 'azure' THEN
+        RETURN QUERY SELECT k.id::text, k.secret_key, k.role FROM queue_pg.azure_keys k
+                     WHERE k.account = endpoint_key.name AND queue_pg._key_live(k.revoked_at, k.role);
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('kind = %s is invalid: allowed sqs, azure', quote_literal(left(kind, 100)));
+    END IF;
+END $$;
+
+-- The first statement of each transaction an endpoint runs for a request signed by a key it
+-- keeps in memory (queue_pg/endpoint_keys.py): KeyRevoked (QP040) unless the key (kind and id as
+-- endpoint_key gives them) is still live and still of `role`, the role its secret was opened for
+-- (the seal binds the two: a row given another role since is not this key), so a revoked key
+-- fails on its very next request; else the transaction takes the role (SET LOCAL ROLE).
+-- Not an entry point: it runs with the caller's rights (a SECURITY DEFINER function may not set
+-- the role), and only the owner may EXECUTE it or read the keys.
+CREATE OR REPLACE FUNCTION queue_pg._enter_key(kind text, id text, role name) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    live boolean := false;
+BEGIN
+    IF kind IS DISTINCT FROM 'sqs' AND kind IS DISTINCT FROM 'azure' THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP003',
+            MESSAGE = format('kind = %s is invalid: allowed sqs, azure',
+                             coalesce(quote_literal(left(kind, 100)), 'NULL'));
+    END IF;
+    IF kind = 'sqs' THEN
+        live := EXISTS (SELECT 1 FROM queue_pg.sqs_keys k
+                        WHERE k.access_key = _enter_key.id AND k.role = _enter_key.role
+                          AND queue_pg._key_live(k.revoked_at, k.role));
+    ELSIF id ~ '^[0-9]{1,18}$' THEN
+        live := EXISTS (SELECT 1 FROM queue_pg.azure_keys k
+                        WHERE k.id = _enter_key.id::bigint AND k.role = _enter_key.role
+                          AND queue_pg._key_live(k.revoked_at, k.role));
+    END IF;
+    IF NOT live THEN
+        RAISE EXCEPTION USING ERRCODE = 'QP040',
+            MESSAGE = format('the %s key %s of role %s is revoked, its role was dropped, or the key'
+                             ' is not of that role', kind, coalesce(quote_literal(left(id, 100)), 'NULL'),
+                             coalesce(quote_literal(role), 'NULL')),
+            HINT = 'sign with a live key (queue-pg sqs|azure key create)';
+    END IF;
+    PERFORM set_config('role', role, true);
+END $$;

@@ -57,8 +57,8 @@ BEGIN
             DETAIL = 'only the queue_pg owner (the Azure endpoint''s own connection) reads them';
     END IF;
     RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.azure_keys k
-                 WHERE k.account = azure_key.account AND k.revoked_at IS NULL
-                   AND to_regrole(quote_ident(k.role)) IS NOT NULL;
+                 WHERE k.account = azure_key.account
+                   AND queue_pg._key_live(k.revoked_at, k.role);
 END $$;
 
 -- Replace a queue's metadata (Set Queue Metadata; needs `manage`): an object of string values,

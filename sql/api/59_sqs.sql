@@ -45,8 +45,8 @@ BEGIN
             DETAIL = 'only the queue_pg owner (the SQS endpoint''s own connection) reads them';
     END IF;
     RETURN QUERY SELECT k.secret_key, k.role FROM queue_pg.sqs_keys k
-                 WHERE k.access_key = sqs_key.access_key AND k.revoked_at IS NULL
-                   AND to_regrole(quote_ident(k.role)) IS NOT NULL;  -- a dropped role's keys die
+                 WHERE k.access_key = sqs_key.access_key
+                   AND queue_pg._key_live(k.revoked_at, k.role);  -- a dropped role's keys die
 END $$;
 
 -- Queue tags (SQS's TagQueue / UntagQueue / ListQueueTags); each needs `manage` on the queue.
