@@ -269,7 +269,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
     with socket.socket() as s:  # a free port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "metrics", "--port", str(port)],
@@ -284,4 +284,11 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         assert listening_on(port) == {"0100007F"}
         families = scrape(f"http://127.0.0.1:{port}/metrics")
         assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
-    assert proc.returncode == 0
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # once in a parallel run on a loaded host: say where
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: each thread's stack
+            proc.wait(10)
+            pytest.fail(f"Ctrl-C did not stop it within 30 s:\n{proc.stderr.read()}")
+    assert proc.returncode == 0, proc.stderr.read()
