@@ -4,6 +4,7 @@ is exported; a role sees only its queues."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -261,9 +262,22 @@ def test_metrics_listen_on_loopback_unless_told(client: Client) -> None:
         server.server_close()
 
 
-def test_metrics_command_serves_until_interrupted(client: Client, clean: str) -> None:
-    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C; it
-    listens on 127.0.0.1 when no --addr is given."""
+def ctrl_c(proc: subprocess.Popen[str], to_a_thread: bool) -> None:
+    """SIGINT to the process (the kernel picks the thread, mostly the main one) or to one of its
+    other threads (tgkill), as the kernel may pick when the main one is busy."""
+    if not to_a_thread:
+        proc.send_signal(signal.SIGINT)
+        return
+    tid = next(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+    assert ctypes.CDLL(None, use_errno=True).tgkill(proc.pid, tid, signal.SIGINT) == 0
+
+
+@pytest.mark.parametrize("to_a_thread", [False, True], ids=["to_the_process", "to_a_thread"])
+def test_metrics_command_serves_until_interrupted(
+    client: Client, clean: str, to_a_thread: bool
+) -> None:
+    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C, whichever
+    of its threads the signal reaches; it listens on 127.0.0.1 when no --addr is given."""
     client.create_queue("jobs")
     client.send_batch("jobs", [1, 2, 3])
     with socket.socket() as s:  # a free port
@@ -284,7 +298,7 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         assert listening_on(port) == {"0100007F"}
         families = scrape(f"http://127.0.0.1:{port}/metrics")
         assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
-        proc.send_signal(signal.SIGINT)
+        ctrl_c(proc, to_a_thread)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:  # once in a parallel run on a loaded host: say where
