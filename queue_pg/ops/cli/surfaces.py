@@ -70,8 +70,8 @@ def metrics(state: State, port: int, addr: str, window: float) -> None:
     err().print(f"serving metrics on http://{addr}:{server.server_port}/metrics", soft_wrap=True)
     try:
         # Not Event().wait(): the kernel may hand Ctrl-C to one of the server's or the pool's
-        # threads, and a main thread blocked for good never runs Python's handler (tests/test_metrics.py
-        # sends it to another thread). Waking each second, it does.
+        # threads, and a main thread blocked for good never runs Python's handler
+        # (tests/test_metrics.py sends it to another thread). Waking each second, it does.
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
