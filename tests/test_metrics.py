@@ -287,7 +287,10 @@ def test_metrics_command_serves_until_interrupted(
     proc = subprocess.Popen(
         [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "metrics", "--port", str(port)],
-        env=env, stderr=subprocess.PIPE, text=True)
+        env=env, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C as in a terminal: a run started in the background of a shell (nohup, `&`)
+        # ignores SIGINT, which the command would inherit and never see
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     with ended(proc, signal.SIGINT):  # Ctrl-C; killed if that does not end it
         assert proc.stderr is not None
         line = ""
@@ -301,7 +304,7 @@ def test_metrics_command_serves_until_interrupted(
         ctrl_c(proc, to_a_thread)
         try:
             proc.wait(30)
-        except subprocess.TimeoutExpired:  # once in a parallel run on a loaded host: say where
+        except subprocess.TimeoutExpired:  # say where it hung
             proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: each thread's stack
             proc.wait(10)
             pytest.fail(f"Ctrl-C did not stop it within 30 s:\n{proc.stderr.read()}")
