@@ -28,12 +28,33 @@ from queue_pg.sealing import generate_key
 # key for this run, made here, which the endpoints and CLIs the tests start inherit.
 os.environ.setdefault(SECRET_KEY_ENV, generate_key())
 
+# The CLIs the tests run print tables as wide as COLUMNS says, else 200 when stdout is no terminal
+# (queue_pg/ops/display.py). pytest-xdist's workers get COLUMNS=80 from their launcher, and a
+# caller's shell may export any width: the tests that need one pass it themselves.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 # moto's SQS tests run in a pytest of their own (tests/test_sqs_conformance.py), never collected here
 collect_ignore = ["third_party"]
 
+# The tables a test may fill. Only those that hold a row are truncated (CASCADE pulls in the
+# listed tables that reference them): a TRUNCATE makes new files for a table and its indexes,
+# which cost ~0.2 s a test for all of them, while most tests fill a few.
+RESET_TABLES = (
+    "messages", "in_flight", "message_history", "queue_counters", "queue_samples", "type_leases",
+    "tuning_history", "routes", "periodic", "fifo_groups", "dedup", "redrive_tasks",
+    "history_rollups", "history_sampling", "sqs_keys", "queue_tags", "sqs_queue_attributes",
+    "sqs_permissions", "azure_keys", "azure_queue_metadata", "azure_access_policies",
+    "azure_service_properties", "task_results", "chords", "chord_members", "consumers",
+)
+
 RESET_SQL = """
 DO $$
-DECLARE r record;
+DECLARE
+    r record;
+    t text;
+    filled text[] := '{}';
+    found boolean;
 BEGIN
     FOR r IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = 'queue_pg' AND c.relkind = 'S'
@@ -41,23 +62,21 @@ BEGIN
     LOOP
         EXECUTE format('DROP SEQUENCE queue_pg.%I', r.relname);
     END LOOP;
+    FOREACH t IN ARRAY %(tables)s LOOP
+        EXECUTE format('SELECT EXISTS (SELECT FROM queue_pg.%I)', t) INTO found;
+        IF found THEN
+            filled := filled || format('queue_pg.%I', t);
+        END IF;
+    END LOOP;
+    IF cardinality(filled) > 0 THEN
+        EXECUTE 'TRUNCATE ' || array_to_string(filled, ', ') || ' CASCADE';
+    END IF;
 END $$;
-TRUNCATE queue_pg.messages, queue_pg.in_flight, queue_pg.message_history, queue_pg.queue_counters,
-    queue_pg.queue_samples, queue_pg.type_leases, queue_pg.tuning_history, queue_pg.routes,
-    queue_pg.periodic,
-    queue_pg.fifo_groups,
-    queue_pg.dedup, queue_pg.redrive_tasks,
-    queue_pg.history_rollups, queue_pg.history_sampling,
-    queue_pg.sqs_keys, queue_pg.queue_tags, queue_pg.sqs_queue_attributes, queue_pg.sqs_permissions,
-    queue_pg.azure_keys, queue_pg.azure_queue_metadata, queue_pg.azure_access_policies,
-    queue_pg.azure_service_properties,
-    queue_pg.task_results, queue_pg.chords, queue_pg.chord_members,
-    queue_pg.consumers;
 UPDATE queue_pg.tuning_runs SET at = NULL;
 UPDATE queue_pg.history_rollup_state SET lo = NULL, hi = NULL, hours_hi = NULL, safe = NULL, mark = NULL,
     mark_taken = NULL, mark_writers = NULL;
 DELETE FROM queue_pg.queues;
-"""
+""".replace("%(tables)s", "ARRAY[" + ", ".join(f"'{t}'" for t in RESET_TABLES) + "]")
 
 
 def _docker_answers() -> bool:

@@ -252,6 +252,26 @@ def test_workers_page_lists_live_and_lost_consumers_a_role_may_see(
     assert w["alive"] is False
 
 
+def test_a_lock_of_the_same_id_in_another_database_keeps_no_worker_alive(
+    queues: Client, clean: str, scratch: str, http: Any
+) -> None:
+    """pg_locks is the whole server's: another database's session holding the advisory lock of
+    this consumer's id (another install, on the same server) is not this worker's session."""
+    with psycopg.connect(clean, autocommit=True) as session:
+        me = queues.register_consumer(session, name="gone")
+        assert me is not None
+        space = session.execute("SELECT queue_pg._consumer_space()").fetchone()[0]  # type: ignore[index]
+    with psycopg.connect(scratch, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [space, me])
+        deadline = time.monotonic() + 30  # the session ended: its lock is free once it is gone
+        while time.monotonic() < deadline:
+            [w] = http(Dashboard(queues)).call("api/workers")[1]
+            if not w["alive"]:
+                break
+            time.sleep(0.1)
+        assert (w["id"], w["alive"]) == (me, False)
+
+
 def test_tasks_page_reads_times_retries_and_failures_per_type(
     queues: Client, conn: psycopg.Connection, http: Any
 ) -> None:

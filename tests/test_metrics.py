@@ -4,6 +4,7 @@ is exported; a role sees only its queues."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -261,19 +262,35 @@ def test_metrics_listen_on_loopback_unless_told(client: Client) -> None:
         server.server_close()
 
 
-def test_metrics_command_serves_until_interrupted(client: Client, clean: str) -> None:
-    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C; it
-    listens on 127.0.0.1 when no --addr is given."""
+def ctrl_c(proc: subprocess.Popen[str], to_a_thread: bool) -> None:
+    """SIGINT to the process (the kernel picks the thread, mostly the main one) or to one of its
+    other threads (tgkill), as the kernel may pick when the main one is busy."""
+    if not to_a_thread:
+        proc.send_signal(signal.SIGINT)
+        return
+    tid = next(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+    assert ctypes.CDLL(None, use_errno=True).tgkill(proc.pid, tid, signal.SIGINT) == 0
+
+
+@pytest.mark.parametrize("to_a_thread", [False, True], ids=["to_the_process", "to_a_thread"])
+def test_metrics_command_serves_until_interrupted(
+    client: Client, clean: str, to_a_thread: bool
+) -> None:
+    """`queue-pg metrics` as a real process: scraped over HTTP, then stopped with Ctrl-C, whichever
+    of its threads the signal reaches; it listens on 127.0.0.1 when no --addr is given."""
     client.create_queue("jobs")
     client.send_batch("jobs", [1, 2, 3])
     with socket.socket() as s:  # a free port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from queue_pg.ops.cli import main; main()", "--dsn", clean,
          "metrics", "--port", str(port)],
-        env=env, stderr=subprocess.PIPE, text=True)
+        env=env, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C as in a terminal: a run started in the background of a shell (nohup, `&`)
+        # ignores SIGINT, which the command would inherit and never see
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     with ended(proc, signal.SIGINT):  # Ctrl-C; killed if that does not end it
         assert proc.stderr is not None
         line = ""
@@ -284,4 +301,11 @@ def test_metrics_command_serves_until_interrupted(client: Client, clean: str) ->
         assert listening_on(port) == {"0100007F"}
         families = scrape(f"http://127.0.0.1:{port}/metrics")
         assert values(families, "queue_pg_messages")[("jobs", "visible")] == 3
-    assert proc.returncode == 0
+        ctrl_c(proc, to_a_thread)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # say where it hung
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: each thread's stack
+            proc.wait(10)
+            pytest.fail(f"Ctrl-C did not stop it within 30 s:\n{proc.stderr.read()}")
+    assert proc.returncode == 0, proc.stderr.read()

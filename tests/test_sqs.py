@@ -1277,7 +1277,9 @@ def test_deeply_nested_query_parameters_are_a_400(sqs: Sqs, endpoint: str) -> No
                    ("MessageAttribute." + ".".join(["1"] * 5000), "v")],
                   [("Action", "ListQueues"), ("." * 3000, "x")],
                   [("Action", "SendMessage"), ("QueueUrl", url), ("MessageBody", "x"),
-                   ("MessageAttribute.1.Name", "a"), ("MessageAttribute.1.Value", "flat")]):
+                   ("MessageAttribute.1.Name", "a"), ("MessageAttribute.1.Value", "flat")],
+                  # a name of more parts, where a value is due (found by the fuzz test below)
+                  [("Action", "AddPermission"), ("Attribute.0.Name.QueueUrl", "")]):
         body = urlencode(pairs).encode()
         headers = _signed(sqs, endpoint, {
             "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)

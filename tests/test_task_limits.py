@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -220,12 +221,12 @@ def test_a_producer_without_manage_enqueues_once_the_limit_is_in_place(
     client.create_queue("lp")
     reg = Registry()
     t = Task(lambda: None, queue="lp", name="lp.t", registry=reg, max_running=3)
+    role = f"qp_lp_producer_{uuid.uuid4().hex[:8]}"  # roles are the server's: one of our own
     with psycopg.connect(clean, autocommit=True) as c:
-        c.execute("DROP ROLE IF EXISTS h16_lp_producer")
-        c.execute("CREATE ROLE h16_lp_producer LOGIN IN ROLE queue_pg_producer")
+        c.execute(f'CREATE ROLE "{role}" LOGIN IN ROLE queue_pg_producer')
     try:
-        client.grant("lp", "h16_lp_producer", "send")
-        dsn = psycopg.conninfo.make_conninfo(clean, user="h16_lp_producer")
+        client.grant("lp", role, "send")
+        dsn = psycopg.conninfo.make_conninfo(clean, user=role)
         with queue_pg.Client(dsn, sweep_interval=None) as producer:
             with pytest.raises(queue_pg.errors.AccessDenied, match="manage"):
                 t.send(client=producer)  # no limit yet, and no right to set it up
@@ -240,8 +241,8 @@ def test_a_producer_without_manage_enqueues_once_the_limit_is_in_place(
         assert client.stats("lp").visible == 0
     finally:
         with psycopg.connect(clean, autocommit=True) as c:
-            c.execute("DROP OWNED BY h16_lp_producer")
-            c.execute("DROP ROLE h16_lp_producer")
+            c.execute(f'DROP OWNED BY "{role}"')
+            c.execute(f'DROP ROLE "{role}"')
 
 
 def test_a_retry_waiting_out_its_backoff_holds_no_slot(

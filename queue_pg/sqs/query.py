@@ -74,8 +74,12 @@ def _shape(node: dict[str, Any]) -> dict[str, Any]:
     for key, value in node.items():
         if key in _MAPS:
             name, k, v = _MAPS[key]
+            pairs = [item for item in _items(value) if isinstance(item, dict)]
+            if any(isinstance(item.get(k), dict) for item in pairs):  # Attribute.1.Name.x=...
+                raise InvalidParameter(f"Parameter {key}.N.{k} is invalid: a value, not a name"
+                                       " of more dotted parts.")
             out[name] = {item.get(k): _shape(item[v]) if isinstance(item.get(v), dict)
-                         else item.get(v) for item in _items(value) if isinstance(item, dict)}
+                         else item.get(v) for item in pairs}
         elif key in _LISTS:
             items = [value] if isinstance(value, str) else _items(value)  # AttributeName=All
             out[_LISTS[key]] = [_shape(i) if isinstance(i, dict) else i for i in items]

@@ -92,8 +92,12 @@ BEGIN
             WHERE m.consumer_id = c.id AND m.visible_at > at
               AND m.queue_id = ANY (c.queue_ids) AND queue_pg._sees(m.queue_id)),
            c.registered_at,
+           -- pg_locks is the whole server's: an advisory lock of this id in another database
+           -- (another install of queue_pg) is not this consumer's
            EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
                    WHERE l.locktype = 'advisory' AND l.granted
+                     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                       WHERE d.datname = pg_catalog.current_database())
                      AND l.classid::integer = queue_pg._consumer_space() AND l.objid::integer = c.id
                      AND l.objsubid = 2),
            c.lost_at

@@ -7,7 +7,7 @@ line works without the extra.
 from __future__ import annotations
 
 import asyncio
-import threading
+import time
 
 import click
 
@@ -69,7 +69,11 @@ def metrics(state: State, port: int, addr: str, window: float) -> None:
     server, _ = serve(state.client, port=port, addr=addr, window=window)
     err().print(f"serving metrics on http://{addr}:{server.server_port}/metrics", soft_wrap=True)
     try:
-        threading.Event().wait()
+        # Not Event().wait(): the kernel may hand Ctrl-C to one of the server's or the pool's
+        # threads, and a main thread blocked for good never runs Python's handler
+        # (tests/test_metrics.py sends it to another thread). Waking each second, it does.
+        while True:
+            time.sleep(1)
     except KeyboardInterrupt:
         server.shutdown()
 
