@@ -30,8 +30,12 @@ BIN = Path("/usr/lib/postgresql/15/bin")
 #: the monitor's health checks (GUCs of the pgautofailover extension), made quick
 MONITOR_SETTINGS = {
     "pgautofailover.health_check_period": "1000",
-    "pgautofailover.health_check_timeout": "1000",
-    "pgautofailover.health_check_max_retries": "1",
+    # a check that merely waits on a loaded machine must not fail: a standby judged unhealthy
+    # turns synchronous replication off (wait_primary), and a primary lost in that window takes
+    # acknowledged commits with it (docs/operations.md); a killed node refuses at once, so the
+    # longer timeout costs the failover nothing
+    "pgautofailover.health_check_timeout": "5000",
+    "pgautofailover.health_check_max_retries": "2",
     "pgautofailover.health_check_retry_delay": "500",
     "pgautofailover.node_considered_unhealthy_timeout": "4000",
     # how long a promoted standby stays read-only in case the lost primary still takes writes:

@@ -165,6 +165,11 @@ def run_scenario(cluster: Cluster, *, steady: float = 4.0, after: float = 6.0,
         for t in threads:
             t.start()
         time.sleep(steady)
+        # What is tested is what synchronous replication promises: the host is lost while the
+        # standby is in sync. A standby judged unhealthy (a loaded machine) turns it off
+        # (wait_primary), and a commit acknowledged then lives on the primary alone
+        # (docs/operations.md); so the loss waits for primary + secondary again.
+        cluster.wait_state(lambda s: sorted(s.values()) == ["primary", "secondary"], 120)
         old = cluster.primary()
         new = next(n for n in cluster.nodes if n is not old)
         rec.events["lost"] = time.monotonic()
