@@ -236,11 +236,11 @@ def measure_throughput(system: System, processes: int, concurrency: int, jobs: i
         "processes": processes, "concurrency": concurrency, "jobs": len(starts),
         "seconds": round(span, 3), "jobs_per_s": (len(starts) - 1) / span if span else None,
     }
-    done = cpu1[0] - cpu0[0]
-    if done > 0:
-        out["worker_cpu_us_per_job"] = round((cpu1[1] - cpu0[1]) / done * 1e6, 1)
-        if cpu0[2] is not None and cpu1[2] is not None:
-            out["server_cpu_us_per_job"] = round((cpu1[2] - cpu0[2]) / done * 1e6, 1)
+    done = cpu1[0] - cpu0[0]  # 0 when every job ran before the first sample (a tiny run)
+    out["worker_cpu_us_per_job"] = round((cpu1[1] - cpu0[1]) / done * 1e6, 1) if done else None
+    out["server_cpu_us_per_job"] = (round((cpu1[2] - cpu0[2]) / done * 1e6, 1)
+                                    if done and cpu0[2] is not None and cpu1[2] is not None
+                                    else None)
     if before is not None:
         time.sleep(0.5)  # the exited backends' counters reach pg_stat_database
         after = _pg_counters(system.target)
@@ -295,17 +295,16 @@ def throughput_rounds(systems: dict[str, System], args: argparse.Namespace, tmp:
             cell = {**runs[name][0], "jobs_per_s": statistics.median(rates), "runs": rates,
                     "range": [min(rates), max(rates)]}
             for key in ("worker_cpu_us_per_job", "server_cpu_us_per_job"):
-                got = [r[key] for r in runs[name] if key in r]
-                if got:
-                    cell[key] = statistics.median(got)
+                got = [r[key] for r in runs[name] if r.get(key) is not None]
+                cell[key] = statistics.median(got) if got else None
             cells[name].append(cell)
             log(f"{system.label}: {processes} x {concurrency}: {cell['jobs_per_s']:,.0f} jobs/s"
                 f" ({cell['jobs']:,} jobs"
                 + (f", {cell['xact_per_job']} xact/job" if "xact_per_job" in cell else "")
                 + (f", CPU µs/job: worker {cell['worker_cpu_us_per_job']:.0f}"
-                   if "worker_cpu_us_per_job" in cell else "")
+                   if cell.get("worker_cpu_us_per_job") is not None else "")
                 + (f", server {cell['server_cpu_us_per_job']:.0f}"
-                   if "server_cpu_us_per_job" in cell else "") + ")")
+                   if cell.get("server_cpu_us_per_job") is not None else "") + ")")
     return cells
 
 
