@@ -14,6 +14,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -175,3 +176,12 @@ def sql(conn: psycopg.Connection):  # type: ignore[no-untyped-def]
             return cur.fetchall() if cur.description else []
 
     return run
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for a browser test module (tests/browser.py)."""
+    from tests.browser import launched  # skips without playwright and Debian's chromium
+
+    with launched() as b:
+        yield b

@@ -7,8 +7,6 @@ skip when either is missing.
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -19,14 +17,11 @@ import psycopg
 import pytest
 
 pytestmark = pytest.mark.browser
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the [test] extra)")
+import tests.browser  # noqa: E402, F401  (skips without playwright and chromium)
+
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("azure.storage.queue")
-CHROMIUM = os.environ.get("QUEUE_PG_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None or not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"needs Debian's chromium (apt-get install chromium); not at {CHROMIUM}",
-                allow_module_level=True)
 
 from azure.storage.queue import (  # noqa: E402
     AccountSasPermissions,
@@ -60,13 +55,6 @@ SCRIPT = """async ([base, sas]) => {
   return out;
 }"""
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

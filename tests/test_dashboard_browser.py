@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -32,11 +31,7 @@ from tests.conftest import new_database
 from tests.test_dashboard_login import scram_server  # noqa: F401
 
 pytestmark = pytest.mark.browser
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the [test] extra)")
-CHROMIUM = os.environ.get("QUEUE_PG_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None or not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"needs Debian's chromium (apt-get install chromium); not at {CHROMIUM}",
-                allow_module_level=True)
+import tests.browser  # noqa: E402, F401  (skips without playwright and chromium)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "browser-test-token"
@@ -129,14 +124,6 @@ def world(scram_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 for role in roles:
                     c.execute(psql.SQL("DROP ROLE IF EXISTS {}").format(psql.Identifier(role)))
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        # --no-sandbox: Chromium's sandbox refuses to run as root, as CI and containers do
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture
