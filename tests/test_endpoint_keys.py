@@ -52,10 +52,14 @@ def _azure(url: str, account: str, key: str) -> Any:
         f"QueueEndpoint={url}/{account};", retry_total=0)
 
 
-def _one_queue_role(make_role: MakeRole, clean: str, queue: str, label: str) -> str:  # noqa: F811
-    """A role that may send to and receive from ``queue`` only."""
+def _one_queue_role(make_role: MakeRole, clean: str, queue: str, label: str,  # noqa: F811
+                    others: tuple[str, ...] = ()) -> str:
+    """``queue`` (and ``others``, queues it gets no grant on) made, and a role that may send to
+    and receive from ``queue`` only."""
     role = make_role(label, PRODUCER, CONSUMER)
     with psycopg.connect(clean, autocommit=True) as c:
+        for name in (queue, *others):
+            c.execute("SELECT queue_pg.create_queue(%s)", [name])
         for privilege in ("send", "receive"):
             c.execute("SELECT queue_pg.grant(%s, %s, %s)", [queue, role.name, privilege])
     return role.name
@@ -72,9 +76,7 @@ def test_an_sqs_key_revoked_while_kept_is_refused_on_its_next_request(
     servers: tuple[str, str], make_role: MakeRole, clean: str  # noqa: F811
 ) -> None:
     url = servers[0]
-    with psycopg.connect(clean, autocommit=True) as c:
-        c.execute("SELECT queue_pg.create_queue('kept'), queue_pg.create_queue('other')")
-    role = _one_queue_role(make_role, clean, "kept", "sqskept")
+    role = _one_queue_role(make_role, clean, "kept", "sqskept", ("other",))
     with psycopg.connect(clean, autocommit=True) as c:
         access, secret = create_sqs_key(c, role)
         spare = create_sqs_key(c, role)
@@ -136,8 +138,6 @@ def test_an_azure_key_revoked_or_replaced_while_kept(
     servers: tuple[str, str], make_role: MakeRole, clean: str  # noqa: F811
 ) -> None:
     url = servers[1]
-    with psycopg.connect(clean, autocommit=True) as c:
-        c.execute("SELECT queue_pg.create_queue('kept-az')")
     role = _one_queue_role(make_role, clean, "kept-az", "azkept")
     with psycopg.connect(clean, autocommit=True) as c:
         account, key = create_azure_key(c, role)
@@ -197,8 +197,6 @@ def test_a_kept_sqs_key_given_a_stronger_role_is_refused(
     endpoint's next request with it is refused, not run as the owner (the seal, and so the kept
     secret, is of the weak role)."""
     url = servers[0]
-    with psycopg.connect(clean, autocommit=True) as c:
-        c.execute("SELECT queue_pg.create_queue('weak')")
     role = _one_queue_role(make_role, clean, "weak", "sqsweak")
     with psycopg.connect(clean, autocommit=True) as c:
         access, secret = create_sqs_key(c, role)
