@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from queue_pg import AccessDenied, Client, InvalidParameter, OverLimit, StaleReceipt
 from queue_pg.errors import translate
@@ -336,3 +337,78 @@ def test_drop_queue_never_deadlocks_with_sweep_and_tune(world: World, clean: str
         t.join(30)
     assert not errors, errors
     assert rounds["drop"] > 10 and rounds["sweep"] > 10 and rounds["tune"] > 10, rounds
+
+
+def _waiting(owner: psycopg.Connection[Any], pid: int) -> bool:
+    return bool(owner.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                              [pid]).fetchone()[0])
+
+
+def _until(check: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline, f"waited 20 s for {what}"
+        time.sleep(0.02)
+
+
+def test_stats_reader_never_waits_for_a_drop_behind_an_alter(world: World) -> None:
+    """A reader whose snapshot predates an alter of the queue, while a drop of it waits for that
+    reader's transaction (it read the queue's counters earlier): FOR KEY SHARE SKIP LOCKED waits
+    for the drop on the newer row version, and the two deadlock. The reader must skip the busy
+    row instead and report the queue from its sample."""
+    reader = world.role("reader", (MINE, "receive"))
+    gate = psycopg.connect(world.owner.info.dsn)  # holds the grants table still mid-read
+    dropped: list[BaseException | None] = []
+    with psycopg.connect(world.owner.info.dsn) as r:
+        pid = r.info.backend_pid
+        # the counters read earlier in the transaction (held to its end: the drop waits for
+        # them), as the owner: no grant is read yet
+        r.execute("SELECT pg_sequence_last_value(format('queue_pg.sent_%%s', id)::regclass)"
+                  " FROM queue_pg.queues WHERE name = %s", [MINE])
+        r.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(reader.name)))
+        gate.execute("SET lock_timeout = '10s'")
+        gate.execute("LOCK TABLE queue_pg.grants IN ACCESS EXCLUSIVE MODE")
+        stats: list[Any] = []
+
+        def read_stats() -> None:
+            try:
+                stats.append(r.execute("SELECT queue, approximate FROM queue_pg.queue_stats").fetchall())
+            except BaseException as e:  # reported below
+                stats.append(e)
+
+        read = threading.Thread(target=read_stats)
+        read.start()  # its snapshot is taken; its check of the grants waits for the gate
+        _until(lambda: _waiting(world.owner, pid), "the reader to wait at the gate")
+        world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [MINE])
+
+        def drop() -> None:
+            try:
+                with psycopg.connect(world.owner.info.dsn, autocommit=True) as d:
+                    d.execute("SELECT queue_pg.drop_queue(%s)", [MINE])
+                dropped.append(None)
+            except BaseException as e:  # reported below
+                dropped.append(e)
+
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        _until(lambda: world.owner.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT queue_pg.drop_queue%%'"
+            " AND wait_event_type = 'Lock'").fetchone()[0] == 1, "the drop to wait for the reader")
+        gate.commit()  # the reader goes on: it meets the queue's row, newer than its snapshot
+        read.join(30)
+        assert not read.is_alive()
+        r.commit()
+    dropper.join(30)
+    gate.close()
+    assert dropped == [None], dropped  # no deadlock victim on either side
+    assert stats[0] == [(MINE, True)]  # its row busy: the figures from its sample, approximate
+    assert world.count("SELECT count(*) FROM queue_pg.queues WHERE name = %s", MINE) == 0
+
+
+def test_no_function_takes_key_share_with_skip_locked(conn: psycopg.Connection[Any]) -> None:
+    """The test above, for every function: FOR KEY SHARE does not skip a row whose newer version
+    is locked (it waits), so SKIP LOCKED with it promises what it does not keep."""
+    rows = conn.execute(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'queue_pg' AND p.prosrc ~* 'for\\s+key\\s+share\\s+skip\\s+locked'").fetchall()
+    assert rows == []

@@ -116,9 +116,11 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT array['claim_floor', 'claim_rescan', 'notifi
 -- Creates (create => true) the missing per-queue sequences, or drops them (see _sequence), in
 -- the order of _sequence_kinds. The lock order of a queue's DDL and its maintenance: drop_queue
 -- holds the queue's row (FOR UPDATE) before it drops them; a sweep or tune that writes rows
--- naming a queue takes its row first (FOR KEY SHARE SKIP LOCKED: a queue being dropped is
--- skipped), and every reader that takes no row reads the flows (sent, received, deleted) before
--- stale_receipts, the order in which they are dropped: no wait goes round in a circle.
+-- naming a queue takes its row first (FOR SHARE SKIP LOCKED: a queue being dropped is skipped;
+-- not FOR KEY SHARE, which ignores SKIP LOCKED on a row version newer than its snapshot and
+-- waits for the drop, while the drop may wait for rows that sweep holds), and every reader
+-- that takes no row reads the flows (sent, received, deleted) before stale_receipts, the order
+-- in which they are dropped: no wait goes round in a circle.
 CREATE OR REPLACE FUNCTION queue_pg._queue_sequences(queue_id integer, "create" boolean)
 RETURNS void
 LANGUAGE plpgsql AS $$

@@ -76,8 +76,8 @@ BEGIN
         RETURN;
     END IF;
     -- the queues' rows before their counters and samples (the lock order, see _queue_sequences):
-    -- a queue being dropped is skipped
-    live := ARRAY(SELECT q.id FROM queue_pg.queues q ORDER BY q.id FOR KEY SHARE SKIP LOCKED);
+    -- a queue being dropped (or altered, for this one sample) is skipped
+    live := ARRAY(SELECT q.id FROM queue_pg.queues q ORDER BY q.id FOR SHARE SKIP LOCKED);
     INSERT INTO queue_pg.queue_samples AS s
     SELECT q.id, at, queue_pg._flow('sent', q.id), queue_pg._flow('received', q.id),
            queue_pg._flow('deleted', q.id),
@@ -136,7 +136,9 @@ CREATE OR REPLACE VIEW queue_pg.queue_stats AS SELECT * FROM queue_pg._queue_sta
 -- since the sample stays in the estimate until the next sample (sweep, at most every 15 s);
 -- without any sample the queue's creation is the base. exact => true counts everything (a scan
 -- of the queue's index range: O(messages)). Flows over the last minute and hour are the counters
--- now minus the newest sample at least that old (NULL until such a sample exists).
+-- now minus the newest sample at least that old (NULL until such a sample exists). A queue whose
+-- row is busy at that moment (an alter or a drop in progress) has its flows from its newest
+-- sample, approximate = true.
 CREATE OR REPLACE FUNCTION queue_pg._queue_stats(only_id integer, exact boolean)
 RETURNS SETOF queue_pg.queue_stats
 LANGUAGE plpgsql VOLATILE AS $$  -- VOLATILE: it locks rows
@@ -145,25 +147,35 @@ DECLARE
     cap bigint := CASE WHEN exact THEN NULL ELSE queue_pg._exact_up_to() END;  -- NULL: no limit
     live integer[];  -- NULL: every queue (a read-only transaction takes no row lock)
 BEGIN
-    -- each queue's row before its counters (FOR KEY SHARE SKIP LOCKED): a queue being dropped
-    -- is left out, so its counters are never read while or after they are dropped
+    -- each queue's row before its counters (FOR SHARE SKIP LOCKED): a queue whose row is
+    -- busy (being dropped, or altered just now) is reported from its newest sample
+    -- (approximate) and its counters are not read, so they are never read while or after they
+    -- are dropped. Not FOR KEY SHARE: that mode ignores SKIP LOCKED on a row version newer than
+    -- the statement's snapshot and waits for its locker, so a reader holding rows a drop needs
+    -- would wait for the drop while the drop waits for it.
     IF current_setting('transaction_read_only') <> 'on' THEN
         live := ARRAY(SELECT q.id FROM queue_pg.queues q
                       WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
-                      ORDER BY q.id FOR KEY SHARE SKIP LOCKED);
+                      ORDER BY q.id FOR SHARE SKIP LOCKED);
     END IF;
     RETURN QUERY
     WITH qs AS MATERIALIZED (
-        SELECT q.id, q.name FROM queue_pg.queues q
+        SELECT q.id, q.name, (live IS NULL OR q.id = ANY (live)) AS held FROM queue_pg.queues q
         WHERE (only_id IS NULL OR q.id = only_id) AND queue_pg._sees(q.id)
-          AND (live IS NULL OR q.id = ANY (live))
     ), c AS MATERIALIZED (
-        SELECT qs.id, qs.name,
-               queue_pg._flow('sent', qs.id) AS sent, queue_pg._flow('received', qs.id) AS received,
-               queue_pg._flow('deleted', qs.id) AS deleted,
+        SELECT qs.id, qs.name, qs.held,
+               CASE WHEN qs.held THEN queue_pg._flow('sent', qs.id) ELSE coalesce(b.sent, 0) END AS sent,
+               CASE WHEN qs.held THEN queue_pg._flow('received', qs.id) ELSE coalesce(b.received, 0) END AS received,
+               CASE WHEN qs.held THEN queue_pg._flow('deleted', qs.id) ELSE coalesce(b.deleted, 0) END AS deleted,
                coalesce((SELECT k.lease_expiries FROM queue_pg.queue_counters k WHERE k.queue_id = qs.id), 0) AS lease_expiries,
-               coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', qs.id))), 0) AS stale_receipts
+               CASE WHEN qs.held
+                    THEN coalesce(pg_sequence_last_value(to_regclass(format('queue_pg.stale_receipts_%s', qs.id))), 0)
+                    ELSE coalesce(b.stale_receipts, 0) END AS stale_receipts
         FROM qs
+        LEFT JOIN LATERAL (
+            SELECT * FROM queue_pg.queue_samples s WHERE NOT qs.held AND s.queue_id = qs.id AND s.at <= t_at
+            ORDER BY s.at DESC LIMIT 1
+        ) b ON true
     )
     SELECT c.name,
            CASE WHEN exact OR v.n <= cap THEN v.n
@@ -177,7 +189,7 @@ BEGIN
            c.lease_expiries - m1.lease_expiries, c.stale_receipts - m1.stale_receipts,
            c.sent - h1.sent, c.received - h1.received, c.deleted - h1.deleted,
            c.lease_expiries - h1.lease_expiries, c.stale_receipts - h1.stale_receipts,
-           NOT exact AND (v.n > cap OR f.n > cap OR dl.n > cap), s.at
+           NOT c.held OR (NOT exact AND (v.n > cap OR f.n > cap OR dl.n > cap)), s.at
     FROM c
     -- Each count walks the claim index in order (ORDER BY) and stops at the cap; unordered,
     -- the planner picks a bitmap scan (the whole range first) or a sequential one.

@@ -241,12 +241,12 @@ DECLARE
 BEGIN
     FOR q IN
         -- each queue's row before its counters (the lock order, see _queue_sequences): a queue
-        -- being dropped is skipped
+        -- being dropped or altered is skipped, tuned next time
         SELECT * FROM queue_pg.queues t
         WHERE (CASE WHEN only_id IS NULL THEN t.auto_tune ELSE t.id = only_id END)
           AND (NOT check_access OR queue_pg._denied(t.id, 'manage') IS NULL)
         ORDER BY t.name
-        FOR KEY SHARE SKIP LOCKED
+        FOR SHARE SKIP LOCKED
     LOOP
         s := queue_pg._tune_step(q, at, apply);
         queue := q.name; old_timeout := s.old_timeout; new_timeout := s.new_timeout;
@@ -308,7 +308,9 @@ BEGIN
         UPDATE queue_pg.tuning_runs r SET at = _maintain.at;
         PERFORM queue_pg._tune(NULL, true, false);
         PERFORM queue_pg._refresh_type_leases(q, at) FROM queue_pg.queues q
-        WHERE q.lease_policy = 'per_type' AND NOT q.auto_tune;
+        WHERE q.id = ANY (ARRAY(SELECT t.id FROM queue_pg.queues t  -- the rows first, as above
+                                WHERE t.lease_policy = 'per_type' AND NOT t.auto_tune
+                                ORDER BY t.id FOR SHARE SKIP LOCKED));
     END IF;
 END $$;
 
