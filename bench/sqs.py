@@ -147,9 +147,10 @@ def _boto3(url: str, key: tuple[str, str], n: int) -> dict[str, float]:
             "send_batch": _rate(n, send_batch), "drain_2": _rate(n, drain)}
 
 
-def _loop(url: str, key: tuple[str, str], n: int) -> float:
+def _loop(url: str, key: tuple[str, str], n: int) -> tuple[float, float]:
     """Messages a second of SendMessageBatch(10) + ReceiveMessage(10) + DeleteMessageBatch,
-    repeated until ``n`` were sent, then the rest drained (timed too)."""
+    repeated until ``n`` were sent, then the rest drained (timed too); and boto3's own CPU per
+    message meanwhile, ms (no server can make the loop faster than that)."""
     sqs = _sqs(url, key)
     q = sqs.create_queue(QueueName="bench-loop")["QueueUrl"]
     entries = [{"Id": str(j), "MessageBody": BODY} for j in range(10)]
@@ -171,7 +172,9 @@ def _loop(url: str, key: tuple[str, str], n: int) -> float:
             done += got
         return done
 
-    return _rate(n // 10 * 10, work)
+    cpu = time.process_time()
+    rate = _rate(n // 10 * 10, work)
+    return rate, (time.process_time() - cpu) * 1000 / (n // 10 * 10)
 
 
 def _stamps(folder: str) -> int:
@@ -182,9 +185,10 @@ def _stamps(folder: str) -> int:
     return total
 
 
-def _celery(url: str, key: tuple[str, str], n: int) -> float:
+def _celery(url: str, key: tuple[str, str], n: int) -> tuple[float, float]:
     """Tasks a second of the Celery app on sqs:// at ``url``: a worker (``--pool solo``) warmed
-    up by one task, then ``n`` no-op tasks published from here, timed to the last one run."""
+    up by one task, then ``n`` no-op tasks published from here, timed to the last one run; and
+    the publisher's own CPU per task, ms (one thread: no server can make the run faster)."""
     from urllib.parse import quote
 
     from bench.worker_apps import STAMPS_ENV
@@ -215,11 +219,12 @@ def _celery(url: str, key: tuple[str, str], n: int) -> float:
 
                 noop.apply_async(kwargs={"n": -1}, connection=conn)
                 wait_for(1)
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.process_time()
                 for i in range(n):
                     noop.apply_async(kwargs={"n": i}, connection=conn)
+                published = (time.process_time() - cpu) * 1000 / n
                 wait_for(n + 1)
-                return n / (time.perf_counter() - began)
+                return n / (time.perf_counter() - began), published
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -311,6 +316,8 @@ def run(args: argparse.Namespace) -> int:
         importlib.util.find_spec("pycurl") is not None
     loops: dict[str, list[float]] = {"endpoint": [], "moto": []}
     celery_rates: dict[str, list[float]] = {"endpoint": [], "moto": []}
+    client_cpu: dict[str, list[float]] = {f"{what}_{where}": [] for what in ("loop", "celery")
+                                          for where in ("endpoint", "moto")}
     with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn, \
             tempfile.TemporaryDirectory(prefix="bench-sqs-") as tmp:
         db.install(dsn)
@@ -334,10 +341,14 @@ def run(args: argparse.Namespace) -> int:
                                            ("moto", moto_url, ("testing", "testing"))):
                     if where is None:
                         continue
-                    loops[name].append(_loop(where, creds, n))
+                    rate, cpu = _loop(where, creds, n)
+                    loops[name].append(rate)
+                    client_cpu["loop_" + name].append(cpu)
                     log(f"round {r + 1}: boto3 loop on {name}: {loops[name][-1]:,.0f} msg/s")
                     if celery:
-                        celery_rates[name].append(_celery(where, creds, tasks))
+                        rate, cpu = _celery(where, creds, tasks)
+                        celery_rates[name].append(rate)
+                        client_cpu["celery_" + name].append(cpu)
                         log(f"round {r + 1}: Celery on {name}: {celery_rates[name][-1]:,.1f}"
                             " tasks/s")
             emulator: dict[str, float] | str = "n/a (moto[server] not installed)"
@@ -374,6 +385,21 @@ def run(args: argparse.Namespace) -> int:
          cell(celery_rates["endpoint"], ",.1f"), cell(celery_rates["moto"], ",.1f"),
          ratio(celery_rates["endpoint"], celery_rates["moto"])],
     ]
+
+    def bound(rates: list[float], cpu: list[float]) -> str:
+        """The ratio a server answering in no time would reach: moto's time per message over
+        the client's own CPU per message, which no server takes away."""
+        return (f"≤ {1000 / statistics.median(rates) / statistics.median(cpu):.1f}x"
+                if rates and cpu else "n/a")
+
+    peers += [
+        ["boto3's own CPU per message of the loop, ms (bound: endpoint / moto with a server"
+         " taking no time)", cell(client_cpu["loop_endpoint"], ".2f"),
+         cell(client_cpu["loop_moto"], ".2f"), bound(loops["moto"], client_cpu["loop_endpoint"])],
+        ["Celery's publisher, its own CPU per task, ms (one thread; bound as above)",
+         cell(client_cpu["celery_endpoint"], ".2f"), cell(client_cpu["celery_moto"], ".2f"),
+         bound(celery_rates["moto"], client_cpu["celery_endpoint"])],
+    ]
     markdown = "\n\n".join([
         "# SQS endpoint: boto3 and Celery beside moto's server, and where a request's time goes",
         f"`{args.command_line}` — {args.rounds} rounds taking turns, median (min-max);"
@@ -394,6 +420,7 @@ def run(args: argparse.Namespace) -> int:
     data = {"scenario": "sqs", "command": args.command_line, "dsn": redact_dsn(args.dsn),
             "machine": machine, "load_after": load_after, "messages": n, "tasks": tasks,
             "rounds": args.rounds, "loop": loops, "celery": celery_rates, "own_time": own,
+            "client_cpu_ms": client_cpu,
             "boto3_endpoint": through, "client": direct, "boto3_moto_server": emulator}
     for path in write_results(out, RESULT_NAME, data, markdown):
         log(f"wrote {path}")
