@@ -412,3 +412,55 @@ def test_no_function_takes_key_share_with_skip_locked(conn: psycopg.Connection[A
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
         " WHERE n.nspname = 'queue_pg' AND p.prosrc ~* 'for\\s+key\\s+share\\s+skip\\s+locked'").fetchall()
     assert rows == []
+
+
+def test_stats_reader_left_open_blocks_no_alter(world: World) -> None:
+    """A role that reads queue_stats (or stats) and leaves its transaction open holds no row of
+    the queues it read: their manager's alter_queue goes through at once. drop_queue waits for
+    that transaction (PostgreSQL keeps a sequence's lock to the end of the transaction that read
+    it), and a read meanwhile reports the queue from its sample instead of waiting: no circle."""
+    reader = world.role("reader", (MINE, "receive"))
+    world.admin.send(MINE, "a job")
+    dropped: list[BaseException | None] = []
+    with psycopg.connect(reader.dsn) as r:
+        assert r.execute("SELECT queue, visible FROM queue_pg.queue_stats").fetchall() == [(MINE, 1)]
+        assert r.execute("SELECT visible FROM queue_pg.stats(%s)", [MINE]).fetchall() == [(1,)]
+        world.owner.execute("SET lock_timeout = '3s'")
+        world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [MINE])
+        world.owner.execute("RESET lock_timeout")
+
+        def drop() -> None:
+            try:
+                with psycopg.connect(world.owner.info.dsn, autocommit=True) as d:
+                    d.execute("SELECT queue_pg.drop_queue(%s)", [MINE])
+                dropped.append(None)
+            except BaseException as e:  # reported below
+                dropped.append(e)
+
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        _until(lambda: world.owner.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT queue_pg.drop_queue%%'"
+            " AND wait_event_type = 'Lock'").fetchone()[0] == 1, "the drop to wait for the reader")
+        assert r.execute("SELECT queue, approximate FROM queue_pg.queue_stats").fetchall() == [(MINE, True)]
+    dropper.join(30)
+    assert dropped == [None], dropped
+
+
+def test_sweep_left_open_by_a_limited_role_blocks_no_alter(world: World) -> None:
+    """A sweep takes the queue sample, which holds every queue's row to its transaction's end;
+    a role granted one queue that sweeps inside a transaction it leaves open must not stall the
+    managers of every queue: such a sweep leaves the sample to a sweep that is a transaction of
+    its own (a worker's, or the next one)."""
+    worker = world.role("worker", (MINE, "receive"))
+    with psycopg.connect(worker.dsn) as w:
+        w.execute("SELECT 1")  # the transaction begins before the sweep
+        w.execute("SELECT queue_pg.sweep()")
+        world.owner.execute("SET lock_timeout = '3s'")
+        for queue in (MINE, THEIRS):
+            world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [queue])
+        world.owner.execute("RESET lock_timeout")
+        assert world.count("SELECT count(*) FROM queue_pg.queue_samples") == 0
+    with psycopg.connect(worker.dsn, autocommit=True) as w:  # a sweep of its own: it samples
+        w.execute("SELECT queue_pg.sweep()")
+    assert world.count("SELECT count(DISTINCT queue_id) FROM queue_pg.queue_samples") == 2

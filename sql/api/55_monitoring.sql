@@ -147,6 +147,11 @@ DECLARE
     cap bigint := CASE WHEN exact THEN NULL ELSE queue_pg._exact_up_to() END;  -- NULL: no limit
     live integer[];  -- NULL: every queue (a read-only transaction takes no row lock)
 BEGIN
+  -- in a subtransaction rolled back at the end (QP901, caught below): the rows are returned and
+  -- the row locks taken to read them go, so a reader that leaves its transaction open holds no
+  -- row an alter_queue waits for (a sequence's lock stays to the end of the transaction, as
+  -- PostgreSQL keeps it: drop_queue waits for such a reader, which never waits for the drop)
+  BEGIN
     -- each queue's row before its counters (FOR SHARE SKIP LOCKED): a queue whose row is
     -- busy (being dropped, or altered just now) is reported from its newest sample
     -- (approximate) and its counters are not read, so they are never read while or after they
@@ -232,6 +237,10 @@ BEGIN
         ORDER BY s.at DESC LIMIT 1
     ) h1 ON true
     ORDER BY c.name;
+    RAISE EXCEPTION USING ERRCODE = 'QP901', MESSAGE = 'queue_stats: the locks of its read let go';
+  EXCEPTION WHEN SQLSTATE 'QP901' THEN
+    NULL;
+  END;
 END $$;
 
 

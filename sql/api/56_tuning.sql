@@ -284,7 +284,8 @@ BEGIN
         CASE WHEN tune.queue IS NULL THEN NULL ELSE (queue_pg._queue(tune.queue, 'manage')).id END, apply, true);
 END $$;
 
--- Run by sweep: a sample for queue_stats (at most every 15 s), whoever sweeps; and for a caller
+-- Run by sweep: a sample for queue_stats (at most every 15 s), whoever sweeps (a limited role in
+-- a sweep of its own transaction, below); and for a caller
 -- who manages every queue (`all_queues`), the history's sampling rates, its per-minute rollups (57_rollups.sql: at
 -- most 20,000 history rows a call) and a tuning step of the auto_tune queues (at most once per
 -- _tune_interval(), default a minute; the mark kept in the samples' clock). Each of those two
@@ -295,7 +296,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     last timestamptz;
 BEGIN
-    PERFORM queue_pg._sample(at);
+    -- the sample holds every queue's row (FOR SHARE) to the end of the transaction: a caller
+    -- who does not manage every queue takes it only in a sweep that is its transaction's one
+    -- statement, so a transaction left open after a sweep stalls no queue's alter_queue
+    IF all_queues OR statement_timestamp() = transaction_timestamp() THEN
+        PERFORM queue_pg._sample(at);
+    END IF;
     IF NOT all_queues THEN
         RETURN;
     END IF;
