@@ -447,20 +447,19 @@ def test_stats_reader_left_open_blocks_no_alter(world: World) -> None:
     assert dropped == [None], dropped
 
 
-def test_sweep_left_open_by_a_limited_role_blocks_no_alter(world: World) -> None:
-    """A sweep takes the queue sample, which holds every queue's row to its transaction's end;
-    a role granted one queue that sweeps inside a transaction it leaves open must not stall the
-    managers of every queue: such a sweep leaves the sample to a sweep that is a transaction of
-    its own (a worker's, or the next one)."""
+def test_sweep_left_open_by_a_limited_role_blocks_no_other_queue(world: World) -> None:
+    """A sweep samples the queues in its scope and holds their rows to its transaction's end; a
+    role granted one queue that sweeps inside a transaction it leaves open must not stall the
+    managers of the others: its sweep samples (and holds) only the queues it may read."""
     worker = world.role("worker", (MINE, "receive"))
+    mine, theirs = (world.count("SELECT id FROM queue_pg.queues WHERE name = %s", q) for q in (MINE, THEIRS))
     with psycopg.connect(worker.dsn) as w:
-        w.execute("SELECT 1")  # the transaction begins before the sweep
         w.execute("SELECT queue_pg.sweep()")
         world.owner.execute("SET lock_timeout = '3s'")
-        for queue in (MINE, THEIRS):
-            world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [queue])
+        world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [THEIRS])
         world.owner.execute("RESET lock_timeout")
-        assert world.count("SELECT count(*) FROM queue_pg.queue_samples") == 0
-    with psycopg.connect(worker.dsn, autocommit=True) as w:  # a sweep of its own: it samples
-        w.execute("SELECT queue_pg.sweep()")
-    assert world.count("SELECT count(DISTINCT queue_id) FROM queue_pg.queue_samples") == 2
+    assert world.count("SELECT array_agg(DISTINCT queue_id) FROM queue_pg.queue_samples") == [mine]
+    world.owner.execute("SELECT queue_pg.sweep()")  # the owner's: every queue without a recent one
+    assert world.count("SELECT array_agg(DISTINCT queue_id ORDER BY queue_id) FROM queue_pg.queue_samples") \
+        == sorted([mine, theirs])
+    assert world.count("SELECT count(*) FROM queue_pg.queue_samples WHERE queue_id = %s", mine) == 1

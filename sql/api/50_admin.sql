@@ -154,7 +154,7 @@ BEGIN
     SELECT count(*) INTO cnt FROM d;
     PERFORM queue_pg._history_maintenance(max_rows);
     -- samples for queue_stats, rollups, auto-tuning (sql/api/56_tuning.sql)
-    PERFORM queue_pg._maintain(at, scope IS NULL);
+    PERFORM queue_pg._maintain(at, scope);
     PERFORM queue_pg._forget_writes(max_rows, scope);
     PERFORM queue_pg._forget_dedup(at, max_rows, scope);  -- sql/api/22_dedup.sql
     PERFORM queue_pg._forget_results(at, max_rows, scope);  -- sql/api/54_task_results.sql

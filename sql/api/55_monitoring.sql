@@ -64,20 +64,28 @@ END $$;
 CREATE OR REPLACE FUNCTION queue_pg._exact_up_to() RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
 
--- A sample of every queue's counters and exact counts, at most one per 15 seconds (run by sweep;
--- one pass over the messages, no lock beyond a plain read). Samples older than 2 hours go.
-CREATE OR REPLACE FUNCTION queue_pg._sample(at timestamptz) RETURNS void
+-- A sample of the counters and exact counts of each queue in `scope` (NULL: every queue; a
+-- limited role's sweep: the queues it may read) that has none from the last 15 seconds (run by
+-- sweep; one pass over those queues' messages, no lock beyond a plain read and their rows'
+-- below). Samples older than 2 hours go.
+DROP FUNCTION IF EXISTS queue_pg._sample(timestamptz);
+CREATE OR REPLACE FUNCTION queue_pg._sample(at timestamptz, scope integer[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     live integer[];
 BEGIN
-    IF EXISTS (SELECT 1 FROM queue_pg.queue_samples s
-               WHERE s.at > _sample.at - interval '15 seconds' AND s.at <= _sample.at) THEN
+    -- the queues' rows before their counters and samples (the lock order, see _queue_sequences):
+    -- a queue being dropped (or altered, for this one sample) is skipped. The rows are held to
+    -- the end of the sweep's transaction: a role's only, of the queues it may read.
+    live := ARRAY(SELECT q.id FROM queue_pg.queues q
+                  WHERE (scope IS NULL OR q.id = ANY (scope))
+                    AND NOT EXISTS (SELECT 1 FROM queue_pg.queue_samples s
+                                    WHERE s.queue_id = q.id AND s.at > _sample.at - interval '15 seconds'
+                                      AND s.at <= _sample.at)
+                  ORDER BY q.id FOR SHARE SKIP LOCKED);
+    IF cardinality(live) = 0 THEN
         RETURN;
     END IF;
-    -- the queues' rows before their counters and samples (the lock order, see _queue_sequences):
-    -- a queue being dropped (or altered, for this one sample) is skipped
-    live := ARRAY(SELECT q.id FROM queue_pg.queues q ORDER BY q.id FOR SHARE SKIP LOCKED);
     INSERT INTO queue_pg.queue_samples AS s
     SELECT q.id, at, queue_pg._flow('sent', q.id), queue_pg._flow('received', q.id),
            queue_pg._flow('deleted', q.id),
@@ -91,12 +99,12 @@ BEGIN
                count(*) FILTER (WHERE m.visible_at > at AND m.last_received_at IS NOT NULL) AS in_flight,
                count(*) FILTER (WHERE m.visible_at > at AND m.last_received_at IS NULL) AS delayed
         FROM queue_pg.messages m
-        WHERE m.expires_at IS NULL OR m.expires_at > at
+        WHERE m.queue_id = ANY (live) AND (m.expires_at IS NULL OR m.expires_at > at)
         GROUP BY m.queue_id
     ) m ON m.queue_id = q.id
     LEFT JOIN (
         SELECT m.source_queue_id, count(*) AS n FROM queue_pg.messages m
-        WHERE m.source_queue_id IS NOT NULL GROUP BY m.source_queue_id
+        WHERE m.source_queue_id = ANY (live) GROUP BY m.source_queue_id
     ) d ON d.source_queue_id = q.id
     WHERE q.id = ANY (live)
     ON CONFLICT DO NOTHING;

@@ -284,25 +284,22 @@ BEGIN
         CASE WHEN tune.queue IS NULL THEN NULL ELSE (queue_pg._queue(tune.queue, 'manage')).id END, apply, true);
 END $$;
 
--- Run by sweep: a sample for queue_stats (at most every 15 s), whoever sweeps (a limited role in
--- a sweep of its own transaction, below); and for a caller
--- who manages every queue (`all_queues`), the history's sampling rates, its per-minute rollups (57_rollups.sql: at
--- most 20,000 history rows a call) and a tuning step of the auto_tune queues (at most once per
--- _tune_interval(), default a minute; the mark kept in the samples' clock). Each of those two
--- has one holder at a time (a row lock taken with SKIP LOCKED, held to the end of the sweep's
--- transaction): a limited role leaving that transaction open would stop them for every queue.
-CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz, all_queues boolean) RETURNS void
+-- Run by sweep: a sample for queue_stats of each queue in the sweep's scope (at most one every
+-- 15 s a queue), whoever sweeps: a limited role samples the queues it may read, so a sweep it
+-- leaves open holds the rows of those alone. For a caller who manages every queue (`scope`
+-- NULL), also the history's sampling rates, its per-minute rollups (57_rollups.sql: at most
+-- 20,000 history rows a call) and a tuning step of the auto_tune queues (at most once per
+-- _tune_interval(), default a minute; the mark kept in the samples' clock), which has one
+-- holder at a time (a row lock taken with SKIP LOCKED, held to the end of the sweep's
+-- transaction).
+DROP FUNCTION IF EXISTS queue_pg._maintain(timestamptz, boolean);
+CREATE OR REPLACE FUNCTION queue_pg._maintain(at timestamptz, scope integer[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     last timestamptz;
 BEGIN
-    -- the sample holds every queue's row (FOR SHARE) to the end of the transaction: a caller
-    -- who does not manage every queue takes it only in a sweep that is its transaction's one
-    -- statement, so a transaction left open after a sweep stalls no queue's alter_queue
-    IF all_queues OR statement_timestamp() = transaction_timestamp() THEN
-        PERFORM queue_pg._sample(at);
-    END IF;
-    IF NOT all_queues THEN
+    PERFORM queue_pg._sample(at, scope);
+    IF scope IS NOT NULL THEN
         RETURN;
     END IF;
     PERFORM queue_pg._history_sampling(at);  -- 57_rollups.sql
