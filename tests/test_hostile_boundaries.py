@@ -351,6 +351,26 @@ def _until(check: Any, what: str) -> None:
         time.sleep(0.02)
 
 
+def _drop_waiting(world: World, queue: str, dropped: list[BaseException | None]) -> threading.Thread:
+    """drop_queue(queue) on a connection of its own, in a thread, once it waits for a lock
+    (its outcome in `dropped`: None or the error)."""
+
+    def drop() -> None:
+        try:
+            with psycopg.connect(world.owner.info.dsn, autocommit=True) as d:
+                d.execute("SELECT queue_pg.drop_queue(%s)", [queue])
+            dropped.append(None)
+        except BaseException as e:  # reported by the caller
+            dropped.append(e)
+
+    dropper = threading.Thread(target=drop)
+    dropper.start()
+    _until(lambda: world.owner.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT queue_pg.drop_queue%%'"
+        " AND wait_event_type = 'Lock'").fetchone()[0] == 1, "the drop to wait for the reader")
+    return dropper
+
+
 def test_stats_reader_never_waits_for_a_drop_behind_an_alter(world: World) -> None:
     """A reader whose snapshot predates an alter of the queue, while a drop of it waits for that
     reader's transaction (it read the queue's counters earlier): FOR KEY SHARE SKIP LOCKED waits
@@ -380,20 +400,7 @@ def test_stats_reader_never_waits_for_a_drop_behind_an_alter(world: World) -> No
         read.start()  # its snapshot is taken; its check of the grants waits for the gate
         _until(lambda: _waiting(world.owner, pid), "the reader to wait at the gate")
         world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [MINE])
-
-        def drop() -> None:
-            try:
-                with psycopg.connect(world.owner.info.dsn, autocommit=True) as d:
-                    d.execute("SELECT queue_pg.drop_queue(%s)", [MINE])
-                dropped.append(None)
-            except BaseException as e:  # reported below
-                dropped.append(e)
-
-        dropper = threading.Thread(target=drop)
-        dropper.start()
-        _until(lambda: world.owner.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT queue_pg.drop_queue%%'"
-            " AND wait_event_type = 'Lock'").fetchone()[0] == 1, "the drop to wait for the reader")
+        dropper = _drop_waiting(world, MINE, dropped)
         gate.commit()  # the reader goes on: it meets the queue's row, newer than its snapshot
         read.join(30)
         assert not read.is_alive()
@@ -428,20 +435,7 @@ def test_stats_reader_left_open_blocks_no_alter(world: World) -> None:
         world.owner.execute("SET lock_timeout = '3s'")
         world.owner.execute("SELECT queue_pg.alter_queue(%s, visibility_timeout => 99)", [MINE])
         world.owner.execute("RESET lock_timeout")
-
-        def drop() -> None:
-            try:
-                with psycopg.connect(world.owner.info.dsn, autocommit=True) as d:
-                    d.execute("SELECT queue_pg.drop_queue(%s)", [MINE])
-                dropped.append(None)
-            except BaseException as e:  # reported below
-                dropped.append(e)
-
-        dropper = threading.Thread(target=drop)
-        dropper.start()
-        _until(lambda: world.owner.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT queue_pg.drop_queue%%'"
-            " AND wait_event_type = 'Lock'").fetchone()[0] == 1, "the drop to wait for the reader")
+        dropper = _drop_waiting(world, MINE, dropped)
         assert r.execute("SELECT queue, approximate FROM queue_pg.queue_stats").fetchall() == [(MINE, True)]
     dropper.join(30)
     assert dropped == [None], dropped
