@@ -211,3 +211,45 @@ def test_a_kept_sqs_key_given_a_stronger_role_is_refused(
     with psycopg.connect(clean, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM queue_pg.queues WHERE name = 'as-owner'"
                          ).fetchone() == (0,)
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_failed_key_check_leaves_the_connection_usable(clean: str, prepare: bool) -> None:
+    """A request whose key check fails stops its statement in the pipeline behind the check.
+    psycopg counts that statement prepared if that run was the one to prepare it at its
+    threshold, though the server never parsed it; the role pool prepares nothing (or, asked
+    to, on first use), so every later request on the connection still runs, whichever run of
+    the statement the failed check fell on."""
+    import asyncio
+
+    from queue_pg import sealing
+    from queue_pg.endpoint_keys import EndpointKey
+    from queue_pg.sqs.app import REQUEST_KEY, RolePool
+
+    ring = sealing.Keyring.required({sealing.ENV: sealing.generate_key()})
+    with psycopg.connect(clean, autocommit=True) as c:
+        role = str(c.info.user)
+        access, _ = create_sqs_key(c, role, ring)
+    live = EndpointKey("sqs", access, access, role, "")
+    gone = EndpointKey("sqs", "AKIAGONE", "AKIAGONE", role, "")
+
+    async def one_connection(fails_at: int) -> list[str]:
+        pool = RolePool(clean, max_size=1, prepare=prepare)
+        await pool.open()
+        try:
+            seen = []
+            for i in range(8):
+                REQUEST_KEY.set(gone if i == fails_at else live)
+                try:
+                    async with pool.connection() as conn:
+                        await conn.execute("SELECT count(*) FROM queue_pg.list_queues()")
+                    seen.append("ok")
+                except psycopg.Error as e:
+                    seen.append(str(e.sqlstate))
+            return seen
+        finally:
+            await pool.close()
+
+    for fails_at in range(8):
+        seen = asyncio.run(one_connection(fails_at))
+        assert seen == ["ok"] * fails_at + ["QP040"] + ["ok"] * (7 - fails_at), (fails_at, seen)
