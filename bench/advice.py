@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import machine_info, machine_line, markdown_table, save_scenario
 from bench.throughput import logger
 
 RESULT_NAME = "advice"
@@ -177,13 +177,10 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Reproduce: `{args.command_line}`",
     ])
-    result = {"scenario": RESULT_NAME, "dsn": redact_dsn(args.dsn), "machine": machine,
-              "parameters": {"history_rows": rows, "queues": QUEUES, "days": DAYS,
-                             "repeat": args.repeat},
-              "results": figures}
-    for p in write_results(args.out, RESULT_NAME, result, md):
-        log(f"wrote {p}")
-    return 0
+    return save_scenario(args, RESULT_NAME, machine,
+                         {"history_rows": rows, "queues": QUEUES, "days": DAYS,
+                          "repeat": args.repeat},
+                         figures, md, log)
 
 
 SCENARIO = Scenario(

@@ -29,7 +29,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import machine_info, machine_line, markdown_table, save_scenario
 from bench.throughput import logger
 
 RESULT_NAME = "client_cpu"
@@ -128,11 +128,8 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Reproduce: `{args.command_line}`",
     ])
-    result = {"scenario": RESULT_NAME, "dsn": redact_dsn(args.dsn), "machine": machine,
-              "parameters": {"repeats": args.repeats, "scale": args.scale}, "results": results}
-    for p in write_results(args.out, RESULT_NAME, result, md):
-        log(f"wrote {p}")
-    return 0
+    return save_scenario(args, RESULT_NAME, machine, {"repeats": args.repeats, "scale": args.scale},
+                         results, md, log)
 
 
 SCENARIO = Scenario(

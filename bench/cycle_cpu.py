@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import machine_info, machine_line, markdown_table, redact_dsn, save_scenario
 from bench.throughput import logger
 
 RESULT_NAME = "cycle_cpu"
@@ -193,13 +193,10 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Reproduce: `{args.command_line}`",
     ])
-    result = {"scenario": RESULT_NAME, "dsn": redact_dsn(args.dsn), "machine": machine,
-              "parameters": {"rounds": args.rounds, "batches": batches, "scale": args.scale,
-                             "baseline": redact_dsn(args.baseline) if args.baseline else None},
-              "results": results}
-    for p in write_results(args.out, RESULT_NAME, result, md):
-        log(f"wrote {p}")
-    return 0
+    return save_scenario(args, RESULT_NAME, machine,
+                         {"rounds": args.rounds, "batches": batches, "scale": args.scale,
+                          "baseline": redact_dsn(args.baseline) if args.baseline else None},
+                         results, md, log)
 
 
 SCENARIO = Scenario(

@@ -14,7 +14,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -238,6 +238,19 @@ def write_results(out: Path, name: str, data: dict[str, Any], markdown: str) -> 
     )
     md_path.write_text(markdown.rstrip() + "\n", encoding="utf-8")
     return [json_path, md_path]
+
+
+def save_scenario(args: Any, name: str, machine: dict[str, Any], parameters: dict[str, Any],
+                  results: Any, markdown: str, log: Callable[[str], None],
+                  **extra: Any) -> int:
+    """A scenario's results as every one keeps them (its name, the redacted DSN, the machine,
+    its parameters, its figures and any ``extra`` keys) in ``args.out``; the paths logged.
+    Returns the scenario's exit code, 0."""
+    data = {"scenario": name, "dsn": redact_dsn(args.dsn), "machine": machine,
+            "parameters": parameters, "results": results, **extra}
+    for path in write_results(args.out, name, data, markdown):
+        log(f"wrote {path}")
+    return 0
 
 
 @dataclasses.dataclass

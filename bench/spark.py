@@ -39,8 +39,7 @@ from bench.report import (
     machine_info,
     machine_line,
     markdown_table,
-    redact_dsn,
-    write_results,
+    save_scenario,
 )
 from bench.throughput import logger
 
@@ -480,18 +479,16 @@ def _report(args: argparse.Namespace, machine: dict[str, Any], rows: int, histor
         ]
     lines += ["", f"Machine: {machine_line(machine)}.", "",
               f"Reproduce: `{args.command_line}`"]
-    result = {"scenario": RESULT_NAME, "dsn": redact_dsn(args.dsn), "machine": machine,
-              "parameters": {"rows": rows, "history_rows": history_rows, "master": args.master,
-                             "partitions": args.partitions, "rounds": rounds},
-              "results": figures,
-              "enqueue_vs_jdbc": figures["enqueue"]["per_s"] / figures["jdbc"]["per_s"],
-              "enqueue_vs_raw_copy": _ratios(figures, "raw_copy"),
-              "enqueue_vs_jdbc_like": _ratios(figures, "jdbc_like"),
-              "enqueue_vs_raw_copy_server_cpu": _server_ratios(figures, "raw_copy"),
-              "enqueue_vs_jdbc_like_server_cpu": _server_ratios(figures, "jdbc_like")}
-    for p in write_results(args.out, RESULT_NAME, result, "\n".join(lines)):
-        log(f"wrote {p}")
-    return 0
+    return save_scenario(
+        args, RESULT_NAME, machine,
+        {"rows": rows, "history_rows": history_rows, "master": args.master,
+         "partitions": args.partitions, "rounds": rounds},
+        figures, "\n".join(lines), log,
+        enqueue_vs_jdbc=figures["enqueue"]["per_s"] / figures["jdbc"]["per_s"],
+        enqueue_vs_raw_copy=_ratios(figures, "raw_copy"),
+        enqueue_vs_jdbc_like=_ratios(figures, "jdbc_like"),
+        enqueue_vs_raw_copy_server_cpu=_server_ratios(figures, "raw_copy"),
+        enqueue_vs_jdbc_like_server_cpu=_server_ratios(figures, "jdbc_like"))
 
 
 def _advise(spark: Any, advise: Any, dsn: str, since: datetime, until: datetime) -> dict[Any, Any]:

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from bench import Scenario, db
-from bench.report import machine_info, machine_line, markdown_table, redact_dsn, write_results
+from bench.report import machine_info, machine_line, markdown_table, save_scenario
 from bench.throughput import logger
 from bench.worker_apps import QUEUE, STAMPS_ENV
 
@@ -95,11 +95,8 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Reproduce: `{args.command_line}`",
     ])
-    result = {"scenario": RESULT_NAME, "dsn": redact_dsn(args.dsn), "machine": machine,
-              "parameters": {"jobs": jobs, "repeats": args.repeats}, "results": results}
-    for p in write_results(args.out, RESULT_NAME, result, md):
-        log(f"wrote {p}")
-    return 0
+    return save_scenario(args, RESULT_NAME, machine, {"jobs": jobs, "repeats": args.repeats},
+                         results, md, log)
 
 
 SCENARIO = Scenario(
