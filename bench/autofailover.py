@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -271,6 +272,51 @@ class Cluster:
                 text = log.read_text(errors="replace").splitlines()[-lines:]
                 out.append(f"--- {log.name}\n" + "\n".join(text))
         return "\n".join(out)
+
+    def monitor_log_size(self) -> int:
+        """Where the monitor's log ends now: :meth:`monitor_log_since` reads what comes after."""
+        try:
+            return (self.root / "monitor.log").stat().st_size
+        except OSError:
+            return 0
+
+    def monitor_log_since(self, offset: int) -> str:
+        with contextlib.suppress(OSError), open(self.root / "monitor.log", "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+        return ""
+
+    def reporter_pids(self, node: Node) -> list[int]:
+        """The node's ``pg_autoctl: node active`` process: the one that reports its state to the
+        monitor and applies the goal state it gets back."""
+        if node.keeper is None:
+            return []
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                title = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                if ppid == node.keeper.pid and b"node active" in title:
+                    pids.append(int(proc.name))
+        return pids
+
+    @contextlib.contextmanager
+    def reports_held(self, node: Node) -> Iterator[None]:
+        """The node reports nothing to the monitor meanwhile (its reporter SIGSTOPped; its
+        PostgreSQL runs on and answers the health checks)."""
+        pids = self.reporter_pids(node)
+        if not pids:
+            raise RuntimeError(f"no pg_autoctl reporter found for {node.name}")
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     # --- breaking -----------------------------------------------------------------------------
 

@@ -55,6 +55,12 @@ def test_no_message_lost_and_no_acknowledged_delete_undone(found: dict[str, Any]
     assert found["deletes_undone"] == 0
 
 
+def test_the_switchover_kept_synchronous_replication_on(found: dict[str, Any]) -> None:
+    """What the other checks rest on: pg_auto_failover 2.0 can turn it off mid-switchover
+    (bench.failover._switch_over says when, and how the run avoids it)."""
+    assert found["unsynced_in_switchover"] == 0
+
+
 def test_no_stale_receipt_honoured(found: dict[str, Any]) -> None:
     assert found["stale_refused"] > 0
     assert found["stale_honoured"] == 0
