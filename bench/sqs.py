@@ -44,6 +44,7 @@ from typing import Any
 from bench import Scenario, db
 from bench.report import (
     DEFAULT_OUT,
+    cpu_seconds,
     machine_info,
     machine_line,
     markdown_table,
@@ -185,10 +186,11 @@ def _stamps(folder: str) -> int:
     return total
 
 
-def _celery(url: str, key: tuple[str, str], n: int) -> tuple[float, float]:
+def _celery(url: str, key: tuple[str, str], n: int) -> tuple[float, float, float]:
     """Tasks a second of the Celery app on sqs:// at ``url``: a worker (``--pool solo``) warmed
-    up by one task, then ``n`` no-op tasks published from here, timed to the last one run; and
-    the publisher's own CPU per task, ms (one thread: no server can make the run faster)."""
+    up by one task, then ``n`` no-op tasks published from here, timed to the last one run; the
+    publisher's own CPU per task, ms (one thread: no server can make the run faster); and the
+    worker's (one process, the same bound: it receives, runs and deletes every task)."""
     from urllib.parse import quote
 
     from bench.worker_apps import STAMPS_ENV
@@ -219,12 +221,14 @@ def _celery(url: str, key: tuple[str, str], n: int) -> tuple[float, float]:
 
                 noop.apply_async(kwargs={"n": -1}, connection=conn)
                 wait_for(1)
+                worker_cpu = cpu_seconds(worker.pid)
                 began, cpu = time.perf_counter(), time.process_time()
                 for i in range(n):
                     noop.apply_async(kwargs={"n": i}, connection=conn)
                 published = (time.process_time() - cpu) * 1000 / n
                 wait_for(n + 1)
-                return n / (time.perf_counter() - began), published
+                rate = n / (time.perf_counter() - began)
+                return rate, published, (cpu_seconds(worker.pid) - worker_cpu) * 1000 / n
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -316,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
         importlib.util.find_spec("pycurl") is not None
     loops: dict[str, list[float]] = {"endpoint": [], "moto": []}
     celery_rates: dict[str, list[float]] = {"endpoint": [], "moto": []}
-    client_cpu: dict[str, list[float]] = {f"{what}_{where}": [] for what in ("loop", "celery")
+    client_cpu: dict[str, list[float]] = {f"{what}_{where}": []
+                                          for what in ("loop", "celery", "celery_worker")
                                           for where in ("endpoint", "moto")}
     with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn, \
             tempfile.TemporaryDirectory(prefix="bench-sqs-") as tmp:
@@ -346,9 +351,10 @@ def run(args: argparse.Namespace) -> int:
                     client_cpu["loop_" + name].append(cpu)
                     log(f"round {r + 1}: boto3 loop on {name}: {loops[name][-1]:,.0f} msg/s")
                     if celery:
-                        rate, cpu = _celery(where, creds, tasks)
+                        rate, cpu, worker_cpu = _celery(where, creds, tasks)
                         celery_rates[name].append(rate)
                         client_cpu["celery_" + name].append(cpu)
+                        client_cpu["celery_worker_" + name].append(worker_cpu)
                         log(f"round {r + 1}: Celery on {name}: {celery_rates[name][-1]:,.1f}"
                             " tasks/s")
             emulator: dict[str, float] | str = "n/a (moto[server] not installed)"
@@ -399,6 +405,10 @@ def run(args: argparse.Namespace) -> int:
         ["Celery's publisher, its own CPU per task, ms (one thread; bound as above)",
          cell(client_cpu["celery_endpoint"], ".2f"), cell(client_cpu["celery_moto"], ".2f"),
          bound(celery_rates["moto"], client_cpu["celery_endpoint"])],
+        ["Celery's worker (--pool solo), its own CPU per task, ms (one process; bound as above)",
+         cell(client_cpu["celery_worker_endpoint"], ".2f"),
+         cell(client_cpu["celery_worker_moto"], ".2f"),
+         bound(celery_rates["moto"], client_cpu["celery_worker_endpoint"])],
     ]
     markdown = "\n\n".join([
         "# SQS endpoint: boto3 and Celery beside moto's server, and where a request's time goes",
