@@ -351,7 +351,8 @@ def run(args: argparse.Namespace) -> int:
         ("clients' first success after that (s)", back("clients_back_after_switchover")),
         *[(k.replace("_", " "), sum(r[k] for r in results)) for k in
           ("sends_lost", "messages_lost", "deletes_undone", "stale_honoured", "job_reruns",
-           "lease_expiries", "leases_ended_early")],
+           "lease_expiries", "leases_ended_early", "deletes_unanswered",
+           "deletes_unanswered_committed", "unsynced_in_switchover")],
     ]
     markdown = "\n\n".join([
         "# Failover",
