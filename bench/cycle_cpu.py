@@ -9,7 +9,8 @@ server must be on this machine (its backends' ``/proc`` readable).
 
 Systems: ``plain`` (``delete_batch`` of the finished batch, then ``receive``: two calls),
 ``combined`` (``receive(delete=previous)``: one call), and PGMQ's ``read`` + ``delete`` of its
-own client's statements when the ``pgmq`` wheel is installed. ``--baseline DSN`` adds
+own client's statements when the ``pgmq`` wheel is installed, and ``floor``: the least this design
+does per message (``bench/peers/floor_driver.py``, one statement a cycle). ``--baseline DSN`` adds
 queue_pg's two idioms on a database another checkout installed (A/B against a change).
 """
 
@@ -56,6 +57,8 @@ class _System:
     conn: psycopg.Connection[Any]
     cycle: Callable[[], int]  #: one cycle; returns the messages received
     pgmq: bool = False
+    floor: bool = False
+    dsn: str = ""  #: the floor's, to top its table up
     held: list[Any] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
 
@@ -107,8 +110,32 @@ def _pgmq(dsn: str, batch: int) -> _System:
     return s
 
 
+def _floor(dsn: str, batch: int) -> _System:
+    """The floor (bench/peers/floor_driver.py): the design's least work, one statement a cycle."""
+    from bench.peers.floor_driver import Floor
+
+    driver = Floor(dsn)
+    driver.conn.execute("SET synchronous_commit = off")
+
+    def cycle() -> int:
+        s.held = driver.cycle(s.held, batch)
+        return len(s.held)
+
+    s = _System("floor", driver.conn, cycle, floor=True, dsn=dsn)
+    return s
+
+
 def _top_up(s: _System, need: int) -> None:
     """At least ``need`` visible messages, outside the measured time."""
+    if s.floor:
+        from bench.peers.floor_driver import TABLE, Floor
+
+        have = s.conn.execute(f"SELECT count(*) FROM {TABLE} WHERE vt <= now()").fetchone()
+        missing = need - (have[0] if have else 0)
+        if missing > 0:
+            Floor.fill(s.dsn, missing * 2)
+        s.conn.execute("ANALYZE")
+        return
     if s.pgmq:
         have = s.conn.execute(f"SELECT count(*) FROM pgmq.q_{QUEUE}"
                               " WHERE vt <= clock_timestamp()").fetchone()
@@ -148,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn:
         log(f"installed queue_pg ({db.install(dsn)})")
+        from bench.peers.floor_driver import Floor
+
+        Floor.install(dsn)
         with db.connect(dsn) as conn:
             machine = machine_info(conn)
         try:
@@ -166,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
                             _queue_pg("baseline combined", args.baseline, batch, True)]
             if has_pgmq:
                 systems.append(_pgmq(dsn, batch))
+            systems.append(_floor(dsn, batch))
             try:
                 _measure(systems, cycles, args.rounds, batch)
             finally:

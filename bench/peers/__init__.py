@@ -161,6 +161,9 @@ _MODULES = {
     "queue_pg_plain": ("bench.peers.queue_pg_driver", "QueuePgPlain"),
     "queue_pg_relaxed": ("bench.peers.queue_pg_driver", "QueuePgRelaxed"),
     "pgmq_nosync": ("bench.peers.pgmq_driver", "PgmqNoSync"),
+    # the yardstick (bench/peers/floor_driver.py): the least this design does per message
+    "floor": ("bench.peers.floor_driver", "Floor"),
+    "floor_plain": ("bench.peers.floor_driver", "FloorPlain"),
 }
 #: every system a scenario can name, in the order the tables list them
 SYSTEMS: tuple[str, ...] = tuple(_MODULES)
