@@ -139,8 +139,8 @@ def test_peer_sends_and_cycles(system: str, server_dsn: str) -> None:
 
 
 def test_cycle_cpu_measures_every_idiom_in_turns(server_dsn: str, tmp_path: Path) -> None:
-    """The server-CPU scenario measures both idioms (and PGMQ when installed), each round a
-    figure, from the backend's /proc time; the A/B baseline is measured beside them."""
+    """The server-CPU scenario measures both idioms, the floor (and PGMQ when installed), each
+    round a figure, from the backend's /proc time; the A/B baseline is measured beside them."""
     with db.scratch_database(server_dsn, _db_name()) as baseline:
         db.install(baseline)
         rc = main(["cycle-cpu", "--dsn", server_dsn, "--database", _db_name(), "--out",
@@ -149,7 +149,7 @@ def test_cycle_cpu_measures_every_idiom_in_turns(server_dsn: str, tmp_path: Path
     assert rc == 0
     r = _load(tmp_path / "cycle_cpu.json")
     [row] = r["results"]
-    expected = {"plain", "combined", "baseline plain", "baseline combined"}
+    expected = {"plain", "combined", "baseline plain", "baseline combined", "floor"}
     if importlib.util.find_spec("pgmq") is not None:
         expected.add("PGMQ")
     assert set(row["cpu_us"]) == expected
