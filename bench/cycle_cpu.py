@@ -130,20 +130,19 @@ def _top_up(s: _System, need: int) -> None:
     if s.floor:
         from bench.peers.floor_driver import TABLE, Floor
 
-        have = s.conn.execute(f"SELECT count(*) FROM {TABLE} WHERE vt <= now()").fetchone()
-        missing = need - (have[0] if have else 0)
+        missing = need - db.count(s.conn, f"SELECT count(*) FROM {TABLE} WHERE vt <= now()")
         if missing > 0:
             Floor.fill(s.dsn, missing * 2)
         s.conn.execute("ANALYZE")
         return
     if s.pgmq:
-        have = s.conn.execute(f"SELECT count(*) FROM pgmq.q_{QUEUE}"
-                              " WHERE vt <= clock_timestamp()").fetchone()
+        have = db.count(s.conn,
+                        f"SELECT count(*) FROM pgmq.q_{QUEUE} WHERE vt <= clock_timestamp()")
     else:
-        have = s.conn.execute("SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q"
-                              " ON q.id = m.queue_id WHERE q.name = %s"
-                              " AND m.visible_at <= clock_timestamp()", [QUEUE]).fetchone()
-    missing = need - (have[0] if have else 0)
+        have = db.count(s.conn, "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q"
+                                " ON q.id = m.queue_id WHERE q.name = %s"
+                                " AND m.visible_at <= clock_timestamp()", [QUEUE])
+    missing = need - have
     fn = "pgmq.send_batch" if s.pgmq else "queue_pg.send_batch"
     while missing > 0:
         k = min(missing * 2, 10_000)

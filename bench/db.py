@@ -152,6 +152,12 @@ def lease(conn: Connection, queue: str, count: int, *, visibility_timeout: float
     return got
 
 
+def count(conn: Connection, query: str, params: Sequence[Any] | None = None) -> int:
+    """The one number a ``SELECT count(*) …`` answers (0 for no row)."""
+    row = conn.execute(query, params).fetchone()
+    return int(row[0]) if row else 0
+
+
 def checkpoints(conn: Connection) -> int:
     """Checkpoints the server has run (timed + requested) since its statistics were reset."""
     for query in (
@@ -160,8 +166,7 @@ def checkpoints(conn: Connection) -> int:
     ):
         try:
             with conn.transaction():
-                row = conn.execute(query).fetchone()
-            return int(row[0]) if row else 0
+                return count(conn, query)
         except psycopg.Error:
             continue
     return 0

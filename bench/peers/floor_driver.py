@@ -80,8 +80,7 @@ class Floor(Driver):
 
     @classmethod
     def depth(cls, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
-        return int(row[0]) if row else 0
+        return db.count(conn, f"SELECT count(*) FROM {TABLE}")
 
     @classmethod
     def purge(cls, conn: psycopg.Connection[Any]) -> None:

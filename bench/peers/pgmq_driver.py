@@ -59,8 +59,7 @@ class Pgmq(Driver):
 
     @classmethod
     def depth(cls, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(f"SELECT count(*) FROM pgmq.q_{QUEUE}").fetchone()
-        return int(row[0]) if row else 0
+        return db.count(conn, f"SELECT count(*) FROM pgmq.q_{QUEUE}")
 
     @classmethod
     def purge(cls, conn: psycopg.Connection[Any]) -> None:

@@ -86,8 +86,7 @@ class PgQueuer(Driver):
 
     @classmethod
     def depth(cls, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()
-        return int(row[0]) if row else 0
+        return db.count(conn, "SELECT count(*) FROM pgqueuer")
 
     @classmethod
     def purge(cls, conn: psycopg.Connection[Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
+from bench import db
 from bench.peers import QUEUE, AsyncLoop, Driver, bodies
 
 
@@ -82,10 +83,8 @@ class Procrastinate(Driver):
 
     @classmethod
     def depth(cls, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
-        ).fetchone()
-        return int(row[0]) if row else 0
+        return db.count(
+            conn, "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')")
 
     @classmethod
     def purge(cls, conn: psycopg.Connection[Any]) -> None:

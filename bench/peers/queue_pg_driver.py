@@ -44,12 +44,8 @@ class QueuePg(Driver):
 
     @classmethod
     def depth(cls, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q"
-            " ON q.id = m.queue_id WHERE q.name = %s",
-            [QUEUE],
-        ).fetchone()
-        return int(row[0]) if row else 0
+        return db.count(conn, "SELECT count(*) FROM queue_pg.messages m JOIN queue_pg.queues q"
+                              " ON q.id = m.queue_id WHERE q.name = %s", [QUEUE])
 
     @classmethod
     def purge(cls, conn: psycopg.Connection[Any]) -> None:
