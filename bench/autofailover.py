@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,6 +249,24 @@ class Cluster:
                 return states
             time.sleep(0.2)
         raise TimeoutError(f"cluster states {states}; {self.tail()}")
+
+    def wait_steady(self, ok: Callable[[dict[str, str]], bool], hold: float,
+                    timeout: float) -> dict[str, str]:
+        """Wait until ``ok`` has held for ``hold`` seconds on end: a state just reached can be
+        left again at the next report (a standby's streaming restarts as it turns secondary)."""
+        deadline = time.monotonic() + timeout
+        since: float | None = None
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            states = self.states()
+            if not ok(states):
+                since = None
+            elif since is None:
+                since = time.monotonic()
+            elif time.monotonic() - since >= hold:
+                return states
+            time.sleep(0.2)
+        raise TimeoutError(f"cluster states {states}, not steady for {hold:.0f} s; {self.tail()}")
 
     def primary(self) -> Node:
         states = self.states()
