@@ -17,10 +17,13 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from bench.report import cpu_seconds
+
 __all__ = [
     "SCRATCH_COMMENT",
     "ExplainRun",
     "NestedPlan",
+    "backend_cpu",
     "connect",
     "database_dsn",
     "explain_analyze",
@@ -156,6 +159,23 @@ def count(conn: Connection, query: str, params: Sequence[Any] | None = None) -> 
     """The one number a ``SELECT count(*) …`` answers (0 for no row)."""
     row = conn.execute(query, params).fetchone()
     return int(row[0]) if row else 0
+
+
+def backend_cpu(dsn: str) -> float | None:
+    """CPU seconds of the server processes serving the DSN's database (this session's
+    excepted); None when the server is not on this host (its pids are not ours to read)."""
+    with connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()").fetchall()
+        local = conn.execute("SELECT inet_server_addr() IS NULL"
+                             " OR host(inet_server_addr()) IN ('127.0.0.1', '::1')").fetchone()
+    if not local or not local[0]:
+        return None
+    try:
+        return sum(cpu_seconds(pid) for (pid,) in rows)
+    except (OSError, ValueError):  # one went away meanwhile, and its time with it
+        return None
 
 
 def checkpoints(conn: Connection) -> int:

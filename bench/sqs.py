@@ -9,7 +9,7 @@ so its figures include SigV4 on both sides, HTTP and JSON. Beside them, the same
 against moto's server (``pip install 'moto[server]'``), a local SQS emulator that keeps its
 queues in memory, also in a process of its own; "n/a (why)" when it is not installed.
 
-Then, in rounds that take turns (endpoint, moto's server, endpoint, ...):
+Then, in rounds that take turns (endpoint, floor, moto's server, endpoint, ...):
 
 - **boto3 loop**: SendMessageBatch(10) + ReceiveMessage(10) + DeleteMessageBatch, repeated, one
   client thread: messages a second;
@@ -18,8 +18,14 @@ Then, in rounds that take turns (endpoint, moto's server, endpoint, ...):
   then ``--tasks`` no-op tasks published from here; tasks a second from the first publish to the
   last task run.
 
-Before each of the endpoint's rounds queue_pg's tables are vacuumed (not timed), as autovacuum
-would: a server run without it (this machine's) would leave each round's dead rows to the next.
+The **floor** (:mod:`bench.sqs_floor`) is the least an SQS endpoint of this design does per
+request: the same server, SigV4 check and JSON, then one prepared statement on a plain table, and
+nothing else. What it reaches beside moto's server bounds the ratio any such endpoint reaches on
+the machine; what the endpoint reaches beside it is what its features cost.
+
+Before each of the endpoint's and the floor's rounds their tables are vacuumed (not timed), as
+autovacuum would: a server run without it (this machine's) would leave each round's dead rows to
+the next.
 
 The endpoint runs with :class:`queue_pg.sqs.app.Timed`, which clocks each request from its
 arrival in the ASGI app to its answer, and the part spent awaiting PostgreSQL (statements,
@@ -44,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import Scenario, db
+from bench import Scenario, db, sqs_floor
 from bench.peers.queue_pg_driver import QueuePg
 from bench.report import (
     DEFAULT_OUT,
@@ -88,10 +94,10 @@ def _rate(n: int, work: Callable[[], int]) -> float:
 
 
 @contextlib.contextmanager
-def _serve(argv: list[str]) -> Iterator[str]:
-    """Run ``python <argv> <free port>`` as a server process; its URL once it listens. A server
-    that exits meanwhile (its port taken by another process in between) starts again on
-    another port: a port that answers must be this server's."""
+def _serve(argv: list[str]) -> Iterator[tuple[str, int]]:
+    """Run ``python <argv> <free port>`` as a server process; its URL and pid once it listens.
+    A server that exits meanwhile (its port taken by another process in between) starts again
+    on another port: a port that answers must be this server's."""
     for _ in range(5):
         port = _free_port()
         server = subprocess.Popen([sys.executable, *argv, str(port)], env=os.environ.copy(),
@@ -107,7 +113,7 @@ def _serve(argv: list[str]) -> Iterator[str]:
                 time.sleep(0.5)  # a server that lost its port exits soon after
                 break
             if server.poll() is None:
-                yield f"http://127.0.0.1:{port}"
+                yield f"http://127.0.0.1:{port}", server.pid
                 return
         finally:
             if server.poll() is None:
@@ -323,11 +329,15 @@ def run(args: argparse.Namespace) -> int:
         importlib.util.find_spec("flask") is not None
     celery = importlib.util.find_spec("celery") is not None and \
         importlib.util.find_spec("pycurl") is not None
-    loops: dict[str, list[float]] = {"endpoint": [], "moto": []}
-    celery_rates: dict[str, list[float]] = {"endpoint": [], "moto": []}
+    systems = ("endpoint", "floor", "moto")
+    loops: dict[str, list[float]] = {name: [] for name in systems}
+    celery_rates: dict[str, list[float]] = {name: [] for name in systems}
     client_cpu: dict[str, list[float]] = {f"{what}_{where}": []
                                           for what in ("loop", "celery", "celery_worker")
-                                          for where in ("endpoint", "moto")}
+                                          for where in systems}
+    # the loop's CPU per message, µs: the server's process and PostgreSQL's backends
+    server_cpu: dict[str, list[float]] = {name: [] for name in systems}
+    backend_cpu: dict[str, list[float]] = {name: [] for name in systems}
     with db.scratch_database(args.dsn, args.database, keep=args.keep) as dsn, \
             tempfile.TemporaryDirectory(prefix="bench-sqs-") as tmp:
         db.install(dsn)
@@ -341,25 +351,38 @@ def run(args: argparse.Namespace) -> int:
         key = (str(row[0]), str(row[1]))
         timings = os.path.join(tmp, "timings.jsonl")
         with contextlib.ExitStack() as servers:
-            url = servers.enter_context(_serve(["-c", _ENDPOINT, dsn, timings]))
-            moto_url = servers.enter_context(
-                _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"])) if moto else None
+            url, endpoint_pid = servers.enter_context(_serve(["-c", _ENDPOINT, dsn, timings]))
+            os.environ[sqs_floor.KEY_ENV] = ":".join(key)  # the floor checks the same key
+            floor_url, floor_pid = servers.enter_context(_serve(["-m", "bench.sqs_floor", dsn]))
+            moto_url, moto_pid = servers.enter_context(
+                _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"])) if moto else (None, 0)
             log(f"boto3 through the endpoint, {n} messages a phase...")
             through = _boto3(url, key, n)
             for r in range(args.rounds):
-                for name, where, creds in (("endpoint", url, key),
-                                           ("moto", moto_url, ("testing", "testing"))):
+                for name, where, pid, creds in (
+                    ("endpoint", url, endpoint_pid, key), ("floor", floor_url, floor_pid, key),
+                    ("moto", moto_url, moto_pid, ("testing", "testing")),
+                ):
                     if where is None:
                         continue
-                    if name == "endpoint":  # as autovacuum would (the bench's server may run
-                        vacuum(dsn, QueuePg.tables())  # without it); moto keeps no dead rows
+                    # as autovacuum would (the bench's server may run without it); moto keeps
+                    # no dead rows
+                    tables = {"endpoint": QueuePg.tables(), "floor": sqs_floor.tables()}
+                    if name in tables:
+                        vacuum(dsn, tables[name])
+                    own0 = cpu_seconds(pid)
+                    pg0 = db.backend_cpu(dsn) if name in tables else None
                     rate, cpu = _loop(where, creds, n)
+                    server_cpu[name].append((cpu_seconds(pid) - own0) * 1e6 / n)
+                    pg1 = db.backend_cpu(dsn) if name in tables else None
+                    if pg0 is not None and pg1 is not None:
+                        backend_cpu[name].append((pg1 - pg0) * 1e6 / n)
                     loops[name].append(rate)
                     client_cpu["loop_" + name].append(cpu)
                     log(f"round {r + 1}: boto3 loop on {name}: {loops[name][-1]:,.0f} msg/s")
                     if celery:
-                        if name == "endpoint":
-                            vacuum(dsn, QueuePg.tables())
+                        if name in tables:
+                            vacuum(dsn, tables[name])
                         rate, cpu, worker_cpu = _celery(where, creds, tasks)
                         celery_rates[name].append(rate)
                         client_cpu["celery_" + name].append(cpu)
@@ -390,15 +413,20 @@ def run(args: argparse.Namespace) -> int:
         return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
 
     def ratio(a: list[float], b: list[float]) -> str:
-        return f"{statistics.median(a) / statistics.median(b):.1f}x" if a and b else "n/a"
+        """a ÷ b of the medians; n/a without both (a CPU time of a short run may read 0 ticks)."""
+        if not a or not b or not statistics.median(b):
+            return "n/a"
+        return f"{statistics.median(a) / statistics.median(b):.1f}x"
+
+    def peer_row(label: str, rates: dict[str, list[float]], fmt: str) -> list[str]:
+        return [label, *(cell(rates[name], fmt) for name in systems),
+                ratio(rates["endpoint"], rates["moto"]), ratio(rates["floor"], rates["moto"]),
+                ratio(rates["endpoint"], rates["floor"])]
 
     peers = [
-        ["boto3 loop: send batch 10 + receive 10 + delete batch (msg/s)",
-         cell(loops["endpoint"], ",.0f"), cell(loops["moto"], ",.0f"),
-         ratio(loops["endpoint"], loops["moto"])],
-        [f"Celery sqs://, {tasks} no-op tasks, --pool solo (tasks/s)",
-         cell(celery_rates["endpoint"], ",.1f"), cell(celery_rates["moto"], ",.1f"),
-         ratio(celery_rates["endpoint"], celery_rates["moto"])],
+        peer_row("boto3 loop: send batch 10 + receive 10 + delete batch (msg/s)", loops, ",.0f"),
+        peer_row(f"Celery sqs://, {tasks} no-op tasks, --pool solo (tasks/s)", celery_rates,
+                 ",.1f"),
     ]
 
     def bound(rates: list[float], cpu: list[float]) -> str:
@@ -407,23 +435,31 @@ def run(args: argparse.Namespace) -> int:
         return (f"≤ {1000 / statistics.median(rates) / statistics.median(cpu):.1f}x"
                 if rates and cpu else "n/a")
 
+    def client_row(label: str, what: str, rates: dict[str, list[float]]) -> list[str]:
+        return [label, *(cell(client_cpu[f"{what}_{name}"], ".2f") for name in systems),
+                bound(rates["moto"], client_cpu[f"{what}_endpoint"]), "", ""]
+
+    def cpu_row(label: str, figures: dict[str, list[float]]) -> list[str]:
+        return [label, *(cell(figures[name], ",.0f") if figures[name] else "n/a"
+                         for name in systems), "", "",
+                ratio(figures["endpoint"], figures["floor"])]
+
     peers += [
-        ["boto3's own CPU per message of the loop, ms (bound: endpoint / moto with a server"
-         " taking no time)", cell(client_cpu["loop_endpoint"], ".2f"),
-         cell(client_cpu["loop_moto"], ".2f"), bound(loops["moto"], client_cpu["loop_endpoint"])],
-        ["Celery's publisher, its own CPU per task, ms (one thread; bound as above)",
-         cell(client_cpu["celery_endpoint"], ".2f"), cell(client_cpu["celery_moto"], ".2f"),
-         bound(celery_rates["moto"], client_cpu["celery_endpoint"])],
-        ["Celery's worker (--pool solo), its own CPU per task, ms (one process; bound as above)",
-         cell(client_cpu["celery_worker_endpoint"], ".2f"),
-         cell(client_cpu["celery_worker_moto"], ".2f"),
-         bound(celery_rates["moto"], client_cpu["celery_worker_endpoint"])],
+        cpu_row("the loop's server process, its CPU per message, µs", server_cpu),
+        cpu_row("the loop's PostgreSQL backends, their CPU per message, µs", backend_cpu),
+        client_row("boto3's own CPU per message of the loop, ms (bound: endpoint / moto with a"
+                   " server taking no time)", "loop", loops),
+        client_row("Celery's publisher, its own CPU per task, ms (one thread; bound as above)",
+                   "celery", celery_rates),
+        client_row("Celery's worker (--pool solo), its own CPU per task, ms (one process; bound"
+                   " as above)", "celery_worker", celery_rates),
     ]
     markdown = "\n\n".join([
         "# SQS endpoint: boto3 and Celery beside moto's server, and where a request's time goes",
         f"`{args.command_line}` — {args.rounds} rounds taking turns, median (min-max);"
         f" {machine_line(machine)}; load average after: {load_after}",
-        markdown_table(["", "queue-pg sqs", "moto server", "endpoint / moto"], peers, "lrrr"),
+        markdown_table(["", "queue-pg sqs", "floor", "moto server", "endpoint / moto",
+                        "floor / moto", "endpoint / floor"], peers, "lrrrrrr"),
         "The endpoint's own time per request (arrival in the ASGI app to its answer, minus the"
         " time awaiting PostgreSQL), in ms, over every request of the rounds above:",
         markdown_table(["action", "requests", "own p50", "own p99", "PostgreSQL p50",
@@ -439,7 +475,8 @@ def run(args: argparse.Namespace) -> int:
     data = {"scenario": "sqs", "command": args.command_line, "dsn": redact_dsn(args.dsn),
             "machine": machine, "load_after": load_after, "messages": n, "tasks": tasks,
             "rounds": args.rounds, "loop": loops, "celery": celery_rates, "own_time": own,
-            "client_cpu_ms": client_cpu,
+            "client_cpu_ms": client_cpu, "server_cpu_us_per_message": server_cpu,
+            "backend_cpu_us_per_message": backend_cpu,
             "boto3_endpoint": through, "client": direct, "boto3_moto_server": emulator}
     for path in write_results(out, RESULT_NAME, data, markdown):
         log(f"wrote {path}")

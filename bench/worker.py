@@ -114,26 +114,6 @@ def _group_cpu(groups: set[int]) -> float:
     return total
 
 
-def _backend_cpu(dsn: str) -> float | None:
-    """CPU seconds of the server processes serving the system's database (this session's
-    excepted); None when the server is not on this host (its pids are not ours to read)."""
-    with db.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()").fetchall()
-        local = conn.execute("SELECT inet_server_addr() IS NULL"
-                             " OR host(inet_server_addr()) IN ('127.0.0.1', '::1')").fetchone()
-    if not local or not local[0]:
-        return None
-    total = 0.0
-    for (pid,) in rows:
-        try:
-            total += _proc_cpu(Path(f"/proc/{pid}/stat").read_text())
-        except (OSError, ValueError):
-            return None
-    return total
-
-
 @contextmanager
 def _workers(system: System, processes: int, concurrency: int, stamps: Path
              ) -> Iterator[set[int]]:
@@ -190,7 +170,7 @@ def _wal_bytes(dsn: str, start: str, end: str) -> int:
 def _cpu_now(system: System, groups: set[int], stamps: Path
              ) -> tuple[int, float, float | None]:
     """(jobs run so far, the workers' CPU seconds, the server's for the system's database)."""
-    server = _backend_cpu(system.target) if system.postgres else None
+    server = db.backend_cpu(system.target) if system.postgres else None
     return _count(stamps), _group_cpu(groups), server
 
 

@@ -157,6 +157,26 @@ def test_cycle_cpu_measures_every_idiom_in_turns(server_dsn: str, tmp_path: Path
     assert "Reproduce:" in (tmp_path / "cycle_cpu.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.timeout(600)  # three servers, each a boto3 loop and a Celery worker's start
+def test_sqs_runs_the_endpoint_the_floor_and_moto_in_turns(server_dsn: str,
+                                                           tmp_path: Path) -> None:
+    """The SQS scenario measures the endpoint, the floor (bench/sqs_floor.py) and moto's server
+    in turns, the boto3 loop and, when Celery's transport is installed, Celery on each."""
+    pytest.importorskip("boto3")
+    rc = main(["sqs", "--dsn", server_dsn, "--database", _db_name(), "--out", str(tmp_path),
+               "--quiet", "--rounds", "1", "--messages", "30", "--tasks", "10"])
+    assert rc == 0
+    r = _load(tmp_path / "sqs.json")
+    expected = {"endpoint", "floor"}
+    if importlib.util.find_spec("moto.server") is not None:
+        expected.add("moto")
+    assert {k for k, v in r["loop"].items() if v} == expected
+    assert all(x > 0 for k in expected for x in r["loop"][k])
+    if importlib.util.find_spec("celery") and importlib.util.find_spec("pycurl"):
+        assert {k for k, v in r["celery"].items() if v} == expected
+    assert "floor / moto" in (tmp_path / "sqs.md").read_text(encoding="utf-8")
+
+
 def test_tuning_quick_runs_every_message_to_the_end(server_dsn: str, tmp_path: Path) -> None:
     status = main(["tuning", "--dsn", server_dsn, "--quick", "--quiet", "--out", str(tmp_path),
                    "--database", _db_name()])

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
@@ -32,6 +32,7 @@ from queue_pg.sqs.errors import (
 from queue_pg.types import Message, MessageDetails, QueueConfig, RedriveAllow
 
 MAX_BATCH = 10
+T = TypeVar("T")
 
 
 @dataclass
@@ -712,6 +713,12 @@ async def _each(
     return {"Successful": ok, "Failed": failed}
 
 
+def _unless_none(values: list[T]) -> list[T] | None:
+    """None for a list of Nones: the statement then has no list to unpack, the common case of
+    a batch of plain messages."""
+    return None if all(v is None for v in values) else values
+
+
 async def send_message_batch(r: Request) -> dict[str, Any]:
     """One ``send_batch`` statement when every entry is well formed and shares one delay;
     entry by entry when not, or when the statement is refused, so each failure stays its own."""
@@ -740,8 +747,9 @@ async def send_message_batch(r: Request) -> dict[str, Any]:
         try:
             ids = await r.client.send_batch(
                 queue, [m.body for m in sends], delay=sends[0].delay,
-                attributes=[m.attrs for m in sends], group=[m.group for m in sends],
-                dedup_ids=[m.dedup_id for m in sends])
+                attributes=_unless_none([m.attrs for m in sends]),
+                group=_unless_none([m.group for m in sends]),
+                dedup_ids=_unless_none([m.dedup_id for m in sends]))
         except (errors.QueueNotFound, errors.AccessDenied):
             raise
         except QueueError:

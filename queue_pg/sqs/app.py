@@ -192,9 +192,9 @@ class RolePool(AsyncConnectionPool[RoleConnection]):
         # Parse: every later use of it on that connection then fails ("prepared statement
         # _pg3_N does not exist"; tests/test_endpoint_keys.py::
         # test_a_failed_key_check_leaves_the_connection_usable). Prepared on first use (0) it is
-        # not, but measured beside no preparing at all (python -m bench sqs, quiet host) it
-        # gained nothing outside the noise: the endpoint's connections prepare nothing
-        # (prepare=False; never behind a transaction pooler).
+        # not: the endpoint prepares on first use (prepare=True) unless a transaction pooler
+        # stands between it and the server (whose sessions do not keep them): the server then
+        # plans each statement once a connection, not at every request.
         kwargs["prepare_threshold"] = 0 if prepare else None
         super().__init__(dsn, connection_class=RoleConnection, min_size=0, max_size=max_size,
                          open=False, name="queue_pg_sqs", kwargs=kwargs,
@@ -266,7 +266,7 @@ class Endpoint:
             if self._client is not None:
                 return
             transaction = self.pooler == "transaction"
-            pool = RolePool(self.dsn, max_size=self.pool_size)
+            pool = RolePool(self.dsn, max_size=self.pool_size, prepare=not transaction)
             await pool.open()
             if self.auth:
                 keys: AsyncConnectionPool[Any] = AsyncConnectionPool(

@@ -11,6 +11,7 @@ presigned URL (``X-Amz-Algorithm``, ``X-Amz-Credential``, ``X-Amz-Date``, ``X-Am
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -189,8 +190,12 @@ def canonical_request(
     ])
 
 
+@functools.lru_cache(maxsize=1024)
 def signing_key(secret: str, day: str, region: str, service: str) -> bytes:
-    """The day's key: HMAC chain AWS4+secret -> day -> region -> service -> aws4_request."""
+    """The day's key: HMAC chain AWS4+secret -> day -> region -> service -> aws4_request.
+    Kept per key and day (four HMACs a request otherwise); a key's secret is in memory anyway
+    (:class:`queue_pg.endpoint_keys.KeyCache`), and a kept one signs nothing by itself: the
+    request's key must still be live."""
     key = ("AWS4" + secret).encode()
     for part in (day, region, service, "aws4_request"):
         key = hmac.digest(key, part.encode(), "sha256")  # one C call (hmac.new: Python objects)
